@@ -1,0 +1,27 @@
+//! `oomlens-schema`: everything agents and collectors must agree on.
+//!
+//! * [`wire`] — the rkyv wire types of every protocol version (current: [`wire::v1`]).
+//! * [`frame`] — the frame codec: fixed header + validated rkyv payload, typed errors.
+//! * [`limits`] — hard limits on frames, strings and vectors, checked on every decoded frame.
+//! * [`scenario`] — the OOM scenario taxonomy shared by the simulator and attribution.
+//! * `ddl` / `rows` (feature `clickhouse`) — the ClickHouse tables, rendered per server version,
+//!   and the row structs the collector inserts.
+//!
+//! The crate is pure: no I/O, no async, no global state.
+
+pub mod frame;
+pub mod limits;
+pub mod scenario;
+pub mod wire;
+
+#[cfg(feature = "clickhouse")]
+pub mod ddl;
+#[cfg(feature = "clickhouse")]
+pub mod rows;
+
+pub use frame::{Frame, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
+pub use scenario::Scenario;
+pub use wire::v1::*;
+
+/// ALPN protocol identifier spoken on every oomlens QUIC connection.
+pub const ALPN: &[u8] = b"oomlens/1";
