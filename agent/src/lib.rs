@@ -1,1 +1,15 @@
-//! x
+//! `oomlens-agent`: the per-node agent.
+//!
+//! * [`source`] — the `Source` trait; [`nvml`] (real GPUs) and [`sim`] (the fleet simulator).
+//! * [`sampler`] — runs a source on its own thread at a fixed interval, builds batches.
+//! * [`uplink`] — the QUIC client: Hello/Welcome, batches, acks, reconnect and resend.
+//! * [`config`] — TOML configuration with CLI/env overrides.
+//! * [`metrics`] — Prometheus `/metrics`.
+
+pub mod config;
+pub mod metrics;
+pub mod nvml;
+pub mod sampler;
+pub mod sim;
+pub mod source;
+pub mod uplink;

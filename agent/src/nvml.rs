@@ -1,0 +1,1 @@
+//! nvml (in progress)

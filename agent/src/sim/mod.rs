@@ -1,0 +1,1 @@
+//! simulator (in progress)

@@ -1,0 +1,1 @@
+//! uplink (in progress)

@@ -1,0 +1,1 @@
+//! devch (in progress)
