@@ -6,8 +6,11 @@
 //! * [`scenario`] — the OOM scenario taxonomy shared by the simulator and attribution.
 //! * `ddl` / `rows` (feature `clickhouse`) — the ClickHouse tables, rendered per server version,
 //!   and the row structs the collector inserts.
+//! * `transport`, `tls` (feature `quic`) — frame I/O on QUIC streams and the mutual-TLS set-up,
+//!   shared by agent and collector.
+//! * `telemetry` (feature `telemetry`) — the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 //!
-//! The crate is pure: no I/O, no async, no global state.
+//! Without features the crate is pure: no I/O, no async, no global state.
 
 pub mod frame;
 pub mod limits;
@@ -18,6 +21,12 @@ pub mod wire;
 pub mod ddl;
 #[cfg(feature = "clickhouse")]
 pub mod rows;
+#[cfg(feature = "telemetry")]
+pub mod telemetry;
+#[cfg(feature = "quic")]
+pub mod tls;
+#[cfg(feature = "quic")]
+pub mod transport;
 
 pub use frame::{Frame, FrameError, FrameHeader, FrameKind, HEADER_LEN, MAGIC, PROTOCOL_VERSION};
 pub use scenario::Scenario;
