@@ -1,1 +1,246 @@
-//! config (in progress)
+//! The agent's configuration: one TOML file, every field defaulted, unknown keys refused;
+//! command-line flags and `OOMLENS_*` environment variables override it (see `main.rs`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sim::SimConfig;
+
+/// Configuration failed to load or validate.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Parser message (names the key and line).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Which source feeds the sampler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// Real GPUs through NVML.
+    #[default]
+    Nvml,
+    /// The deterministic fleet simulator.
+    Simulator,
+}
+
+/// `[agent]`: identity.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    /// Node name (default: the host name). The collector uses the certificate's CN instead.
+    pub node: String,
+    /// Cluster name (used when the certificate has no OU).
+    pub cluster: String,
+    /// Stable installation id (default: the node name).
+    pub agent_id: String,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection { node: String::new(), cluster: "default".to_owned(), agent_id: String::new() }
+    }
+}
+
+/// `[source]`: what to sample and how often.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceSection {
+    /// `nvml` or `simulator`.
+    pub kind: SourceKind,
+    /// Milliseconds between readings.
+    pub interval_ms: u64,
+    /// Simulator only: real-time multiplier.
+    pub speed: f64,
+    /// Simulator only: stop after this many simulated seconds (0: run until stopped).
+    pub duration_s: u64,
+    /// Simulator only: first timestamp (Unix epoch ms; 0: now).
+    pub start_ms: i64,
+    /// NVML only: timeout of each driver call, ms.
+    pub nvml_call_timeout_ms: u64,
+}
+
+impl Default for SourceSection {
+    fn default() -> Self {
+        SourceSection {
+            kind: SourceKind::Nvml,
+            interval_ms: 1000,
+            speed: 1.0,
+            duration_s: 0,
+            start_ms: 0,
+            nvml_call_timeout_ms: 2000,
+        }
+    }
+}
+
+/// `[uplink]`: where and how to send.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UplinkSection {
+    /// Collector endpoints `host:port`, tried in turn.
+    pub collectors: Vec<String>,
+    /// Name the collector certificate must carry.
+    pub server_name: String,
+    /// CA certificate (PEM) that signed the collector's certificate.
+    pub ca: PathBuf,
+    /// This agent's certificate (PEM); its CN is the node identity.
+    pub cert: PathBuf,
+    /// This agent's private key (PEM).
+    pub key: PathBuf,
+    /// Send a batch at least this often, ms.
+    pub batch_interval_ms: u64,
+    /// Send a batch as soon as it holds this many rows.
+    pub batch_max_rows: usize,
+    /// Most batches in flight without acknowledgement.
+    pub max_in_flight: u64,
+    /// Memory cap of un-acknowledged batches, bytes (oldest samples are dropped beyond it; events never).
+    pub spool_max_bytes: usize,
+    /// Connect timeout, ms.
+    pub connect_timeout_ms: u64,
+    /// QUIC idle timeout, ms.
+    pub idle_timeout_ms: u64,
+    /// Longest reconnect back-off, ms.
+    pub backoff_max_ms: u64,
+    /// On shutdown, wait this long for pending batches to be acknowledged, ms.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for UplinkSection {
+    fn default() -> Self {
+        UplinkSection {
+            collectors: Vec::new(),
+            server_name: "localhost".to_owned(),
+            ca: PathBuf::from("/etc/oomlens/ca.pem"),
+            cert: PathBuf::from("/etc/oomlens/agent.pem"),
+            key: PathBuf::from("/etc/oomlens/agent.key"),
+            batch_interval_ms: 1000,
+            batch_max_rows: 50_000,
+            max_in_flight: 32,
+            spool_max_bytes: 256 * 1024 * 1024,
+            connect_timeout_ms: 5000,
+            idle_timeout_ms: 15_000,
+            backoff_max_ms: 5000,
+            drain_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// Address of `/metrics`, `/healthz`, `/readyz` (unset: disabled).
+    pub listen: Option<SocketAddr>,
+}
+
+/// The whole agent configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Identity.
+    pub agent: AgentSection,
+    /// Source and sampling.
+    pub source: SourceSection,
+    /// Simulator settings (`source.kind = "simulator"`).
+    pub simulator: SimConfig,
+    /// Uplink.
+    pub uplink: UplinkSection,
+    /// Telemetry endpoint.
+    pub telemetry: TelemetrySection,
+}
+
+impl AgentConfig {
+    /// Reads a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses TOML text (`path` only names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+    }
+
+    /// Fills derived defaults (host name, agent id) and checks ranges.
+    pub fn finish(mut self) -> Result<Self, ConfigError> {
+        if self.agent.node.is_empty() {
+            self.agent.node = hostname();
+        }
+        if self.agent.agent_id.is_empty() {
+            self.agent.agent_id = self.agent.node.clone();
+        }
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.source.interval_ms == 0 {
+            return bad("source.interval_ms must be > 0");
+        }
+        if !(self.source.speed.is_finite() && self.source.speed > 0.0) {
+            return bad("source.speed must be a positive number");
+        }
+        if self.uplink.max_in_flight == 0 {
+            return bad("uplink.max_in_flight must be > 0");
+        }
+        if self.uplink.batch_interval_ms == 0 || self.uplink.batch_max_rows == 0 {
+            return bad("uplink.batch_interval_ms and uplink.batch_max_rows must be > 0");
+        }
+        if self.uplink.idle_timeout_ms < 300 {
+            return bad("uplink.idle_timeout_ms must be at least 300");
+        }
+        for (what, v) in [("agent.node", &self.agent.node), ("agent.cluster", &self.agent.cluster)] {
+            if v.len() > oomlens_schema::limits::MAX_STRING {
+                return Err(ConfigError::Invalid(format!("{what} is longer than {} bytes", oomlens_schema::limits::MAX_STRING)));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Millisecond fields as durations.
+    pub fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+}
+
+/// The host name (`/proc/sys/kernel/hostname`), or `localhost`.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_unknown_keys_are_refused() {
+        let cfg = AgentConfig::parse("", Path::new("x.toml")).unwrap().finish().unwrap();
+        assert_eq!(cfg.source.interval_ms, 1000);
+        assert!(!cfg.agent.node.is_empty());
+        let err = AgentConfig::parse("[uplink]\ncolectors = []\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.to_string().contains("colectors"), "{err}");
+        let err = AgentConfig::parse("[source]\ninterval_ms = 0\n", Path::new("x.toml")).unwrap().finish().unwrap_err();
+        assert!(err.to_string().contains("interval_ms"), "{err}");
+    }
+}

@@ -1,1 +1,92 @@
-//! metrics (in progress)
+//! The agent's Prometheus metrics (served on `/metrics` by `oomlens_schema::telemetry`).
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set `{kind=…}` / `{reason=…}`.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Every metric the agent exports.
+#[derive(Debug)]
+pub struct AgentMetrics {
+    /// GPU samples taken.
+    pub gpu_samples: Counter,
+    /// Process samples taken.
+    pub process_samples: Counter,
+    /// Events detected, by kind and source.
+    pub events: Family<Labels, Counter>,
+    /// Fields that could not be read (recorded as missing, never zero).
+    pub missing_fields: Counter,
+    /// Driver calls that timed out.
+    pub timed_out_calls: Counter,
+    /// Batches built.
+    pub batches_built: Counter,
+    /// Batch frames written to a collector (re-sends included).
+    pub batches_sent: Counter,
+    /// Batches acknowledged.
+    pub batches_acked: Counter,
+    /// Batches not yet acknowledged.
+    pub unacked_batches: Gauge,
+    /// Bytes held for un-acknowledged batches.
+    pub spool_bytes: Gauge,
+    /// Rows dropped because the spool was full, by table.
+    pub dropped_rows: Family<Labels, Counter>,
+    /// Connections established.
+    pub connects: Counter,
+    /// Connection attempts or sessions that failed, by reason.
+    pub connect_failures: Family<Labels, Counter>,
+    /// 1 while connected to a collector.
+    pub connected: Gauge,
+    /// Seconds from sending a batch to its acknowledgement.
+    pub ack_latency_seconds: Histogram,
+}
+
+impl AgentMetrics {
+    /// Creates the metrics and registers them under the `oomlens_agent` prefix.
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let m = AgentMetrics {
+            gpu_samples: Counter::default(),
+            process_samples: Counter::default(),
+            events: Family::default(),
+            missing_fields: Counter::default(),
+            timed_out_calls: Counter::default(),
+            batches_built: Counter::default(),
+            batches_sent: Counter::default(),
+            batches_acked: Counter::default(),
+            unacked_batches: Gauge::default(),
+            spool_bytes: Gauge::default(),
+            dropped_rows: Family::default(),
+            connects: Counter::default(),
+            connect_failures: Family::default(),
+            connected: Gauge::default(),
+            ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        };
+        let r = registry.sub_registry_with_prefix("oomlens_agent");
+        r.register("gpu_samples", "GPU samples taken", m.gpu_samples.clone());
+        r.register("process_samples", "Process samples taken", m.process_samples.clone());
+        r.register("events", "Events detected by kind and source", m.events.clone());
+        r.register("missing_fields", "Readings that failed and were recorded as missing", m.missing_fields.clone());
+        r.register("timed_out_calls", "Driver calls that timed out", m.timed_out_calls.clone());
+        r.register("batches_built", "Batches built", m.batches_built.clone());
+        r.register("batches_sent", "Batch frames written (re-sends included)", m.batches_sent.clone());
+        r.register("batches_acked", "Batches acknowledged by a collector", m.batches_acked.clone());
+        r.register("unacked_batches", "Batches waiting for an acknowledgement", m.unacked_batches.clone());
+        r.register("spool_bytes", "Bytes held for unacknowledged batches", m.spool_bytes.clone());
+        r.register("dropped_rows", "Rows dropped because the spool was full", m.dropped_rows.clone());
+        r.register("connects", "Collector sessions established", m.connects.clone());
+        r.register("connect_failures", "Failed connection attempts and sessions", m.connect_failures.clone());
+        r.register("connected", "1 while connected to a collector", m.connected.clone());
+        r.register("ack_latency_seconds", "Batch send to acknowledgement", m.ack_latency_seconds.clone());
+        Arc::new(m)
+    }
+
+    /// Counts a failure with a reason label.
+    pub fn connect_failed(&self, reason: &str) {
+        self.connect_failures.get_or_create(&vec![("reason", reason.to_owned())]).inc();
+    }
+}

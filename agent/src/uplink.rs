@@ -1,1 +1,453 @@
-//! uplink (in progress)
+//! The QUIC uplink: one session at a time to one of the configured collectors.
+//!
+//! Session: open a bidirectional stream, send `Hello`, read `Welcome` (which says the highest
+//! sequence number the collector already stored for this agent and boot id), then stream every
+//! pending batch from the spool in order — at most `max_in_flight` un-acknowledged — while a reader
+//! task turns `Ack { seq }` frames (cumulative) into spool deletions. On any failure the session
+//! ends, the agent backs off and reconnects (to the next collector when several are listed) and
+//! re-sends whatever is still pending: at-least-once delivery, made idempotent by (agent, boot id,
+//! seq) on the collector.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use oomlens_schema::tls::{TlsError, TlsFiles};
+use oomlens_schema::transport::{TransportError, read_frame, write_frame};
+use oomlens_schema::{Batch, Frame, FrameError, Hello};
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::metrics::AgentMetrics;
+use crate::spool::{PendingBatch, RowCounts, Spool};
+
+/// Uplink settings.
+#[derive(Debug, Clone)]
+pub struct UplinkConfig {
+    /// Collector endpoints, `host:port`; tried in turn.
+    pub collectors: Vec<String>,
+    /// TLS server name the collector certificate must carry.
+    pub server_name: String,
+    /// CA, certificate and key.
+    pub tls: TlsFiles,
+    /// Connection attempt timeout.
+    pub connect_timeout: Duration,
+    /// QUIC idle timeout (keep-alives are sent at a third of it).
+    pub idle_timeout: Duration,
+    /// Most batches sent but not yet acknowledged.
+    pub max_in_flight: u64,
+    /// First reconnect delay.
+    pub backoff_initial: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+/// Uplink failures.
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    /// No collector endpoint configured.
+    #[error("no collector endpoint configured (set uplink.collectors or --collector)")]
+    NoCollectors,
+    /// TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The local QUIC endpoint could not be created.
+    #[error("cannot create the QUIC endpoint: {0}")]
+    Endpoint(std::io::Error),
+    /// A batch could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] FrameError),
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("cannot resolve {0}: {1}")]
+    Resolve(String, String),
+    #[error("connect to {0}: {1}")]
+    Connect(SocketAddr, String),
+    #[error("timed out connecting to {0}")]
+    ConnectTimeout(SocketAddr),
+    #[error("connection lost: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("stream: {0}")]
+    Write(#[from] quinn::WriteError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("collector refused: {0}")]
+    Refused(String),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    #[error("collector closed the stream")]
+    Closed,
+}
+
+impl SessionError {
+    fn reason(&self) -> &'static str {
+        match self {
+            SessionError::Resolve(..) => "resolve",
+            SessionError::Connect(..) => "connect",
+            SessionError::ConnectTimeout(_) => "connect_timeout",
+            SessionError::Connection(_) => "connection",
+            SessionError::Write(_) => "write",
+            SessionError::Transport(_) => "transport",
+            SessionError::Refused(_) => "refused",
+            SessionError::Protocol(_) => "protocol",
+            SessionError::Closed => "closed",
+        }
+    }
+}
+
+struct SpoolState {
+    spool: Box<dyn Spool>,
+    /// Sequence number of the last batch pushed.
+    last_pushed: u64,
+    /// Set once no more batches will come: the uplink drains and stops.
+    finishing: bool,
+    /// Rows handed to the spool, and rows acknowledged.
+    pushed: RowCounts,
+    acked_batches: u64,
+}
+
+struct Shared {
+    state: Mutex<SpoolState>,
+    changed: Notify,
+    drained: Notify,
+    metrics: Arc<AgentMetrics>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, SpoolState> {
+        // A panic while holding the lock cannot leave the spool half-updated in a way that matters
+        // more than stopping the agent would; keep going with the inner value.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update_gauges(&self, st: &SpoolState) {
+        self.metrics.unacked_batches.set(st.spool.len() as i64);
+        self.metrics.spool_bytes.set(st.spool.bytes() as i64);
+    }
+}
+
+/// Cheap handle to hand batches to the uplink.
+#[derive(Clone)]
+pub struct UplinkHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for UplinkHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UplinkHandle").finish_non_exhaustive()
+    }
+}
+
+/// Totals for the agent's report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UplinkTotals {
+    /// Batches pushed.
+    pub batches: u64,
+    /// Batches acknowledged.
+    pub acked_batches: u64,
+    /// Batches still pending.
+    pub pending_batches: u64,
+    /// GPU samples pushed.
+    pub gpu_samples: u64,
+    /// Process samples pushed.
+    pub process_samples: u64,
+    /// Events pushed.
+    pub events: u64,
+}
+
+impl UplinkHandle {
+    /// Encodes a batch and queues it for delivery.
+    pub fn push(&self, batch: Batch) -> Result<(), UplinkError> {
+        let pending = PendingBatch::encode(batch)?;
+        let mut st = self.shared.lock();
+        st.last_pushed = pending.seq;
+        st.pushed.add(pending.rows);
+        let dropped = st.spool.push(pending)?;
+        if dropped.rows != RowCounts::default() {
+            warn!(
+                gpu_samples = dropped.rows.gpu_samples,
+                process_samples = dropped.rows.process_samples,
+                "spool full: dropped the oldest samples (events are kept)"
+            );
+            let m = &self.shared.metrics;
+            m.dropped_rows.get_or_create(&vec![("table", "gpu_samples".into())]).inc_by(dropped.rows.gpu_samples);
+            m.dropped_rows
+                .get_or_create(&vec![("table", "process_samples".into())])
+                .inc_by(dropped.rows.process_samples);
+        }
+        self.shared.update_gauges(&st);
+        drop(st);
+        self.shared.metrics.batches_built.inc();
+        self.shared.changed.notify_one();
+        Ok(())
+    }
+
+    /// No more batches will be pushed: deliver what is pending, then stop.
+    pub fn finish(&self) {
+        self.shared.lock().finishing = true;
+        self.shared.changed.notify_one();
+    }
+
+    /// Totals so far.
+    pub fn totals(&self) -> UplinkTotals {
+        let st = self.shared.lock();
+        UplinkTotals {
+            batches: st.last_pushed,
+            acked_batches: st.acked_batches,
+            pending_batches: st.spool.len() as u64,
+            gpu_samples: st.pushed.gpu_samples,
+            process_samples: st.pushed.process_samples,
+            events: st.pushed.events,
+        }
+    }
+
+    /// Waits until nothing is pending and `finish` was called.
+    pub async fn drained(&self) {
+        loop {
+            let notified = self.shared.drained.notified();
+            {
+                let st = self.shared.lock();
+                if st.finishing && st.spool.is_empty() {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The uplink task.
+pub struct Uplink {
+    cfg: UplinkConfig,
+    hello: Hello,
+    client_config: quinn::ClientConfig,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Uplink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uplink").field("collectors", &self.cfg.collectors).finish_non_exhaustive()
+    }
+}
+
+impl Uplink {
+    /// Prepares the uplink (loads the TLS material now, so a bad path fails at start-up).
+    pub fn new(
+        cfg: UplinkConfig,
+        hello: Hello,
+        spool: Box<dyn Spool>,
+        metrics: Arc<AgentMetrics>,
+    ) -> Result<(Uplink, UplinkHandle), UplinkError> {
+        if cfg.collectors.is_empty() {
+            return Err(UplinkError::NoCollectors);
+        }
+        let client_config = oomlens_schema::tls::client_config(&cfg.tls, cfg.idle_timeout)?;
+        let last_pushed = spool.first_seq().map_or(0, |s| s.saturating_sub(1));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(SpoolState {
+                spool,
+                last_pushed,
+                finishing: false,
+                pushed: RowCounts::default(),
+                acked_batches: 0,
+            }),
+            changed: Notify::new(),
+            drained: Notify::new(),
+            metrics,
+        });
+        let handle = UplinkHandle { shared: shared.clone() };
+        Ok((Uplink { cfg, hello, client_config, shared }, handle))
+    }
+
+    /// Runs sessions until `finish` was called and everything is acknowledged, or `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<(), UplinkError> {
+        let bind: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut endpoint = quinn::Endpoint::client(bind).map_err(UplinkError::Endpoint)?;
+        endpoint.set_default_client_config(self.client_config.clone());
+        let n = self.cfg.collectors.len();
+        let mut next = fnv1a(self.hello.agent_id.as_bytes()) as usize % n;
+        let mut backoff = self.cfg.backoff_initial;
+        loop {
+            if self.is_drained() || *stop.borrow() {
+                break;
+            }
+            let target = self.cfg.collectors[next].clone();
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                r = self.session(&endpoint, &target) => r,
+                _ = stop.changed() => break,
+            };
+            self.shared.metrics.connected.set(0);
+            match outcome {
+                Ok(()) => break,
+                Err(e) => {
+                    self.shared.metrics.connect_failed(e.reason());
+                    warn!(collector = %target, error = %e, retry_in_ms = backoff.as_millis() as u64, "uplink session ended");
+                }
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                backoff = self.cfg.backoff_initial;
+            }
+            next = (next + 1) % n;
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => break,
+            }
+            backoff = (backoff * 2).min(self.cfg.backoff_max);
+        }
+        endpoint.wait_idle().await;
+        Ok(())
+    }
+
+    fn is_drained(&self) -> bool {
+        let st = self.shared.lock();
+        st.finishing && st.spool.is_empty()
+    }
+
+    async fn session(&self, endpoint: &quinn::Endpoint, target: &str) -> Result<(), SessionError> {
+        let addr = tokio::net::lookup_host(target)
+            .await
+            .map_err(|e| SessionError::Resolve(target.to_owned(), e.to_string()))?
+            .next()
+            .ok_or_else(|| SessionError::Resolve(target.to_owned(), "no address".to_owned()))?;
+        let connecting = endpoint
+            .connect(addr, &self.cfg.server_name)
+            .map_err(|e| SessionError::Connect(addr, e.to_string()))?;
+        let conn = tokio::time::timeout(self.cfg.connect_timeout, connecting)
+            .await
+            .map_err(|_| SessionError::ConnectTimeout(addr))??;
+        let result = self.converse(&conn).await;
+        match &result {
+            Ok(()) => conn.close(0u32.into(), b"done"),
+            Err(e) => conn.close(1u32.into(), e.reason().as_bytes()),
+        }
+        result
+    }
+
+    async fn converse(&self, conn: &quinn::Connection) -> Result<(), SessionError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        let mut buf = Vec::new();
+        write_frame(&mut send, &Frame::Hello(self.hello.clone()), &mut buf).await?;
+        let welcome = tokio::time::timeout(self.cfg.connect_timeout, read_frame(&mut recv, &mut buf))
+            .await
+            .map_err(|_| SessionError::Protocol("no Welcome within the connect timeout".to_owned()))??;
+        let welcome = match welcome {
+            Some(Frame::Welcome(w)) => w,
+            Some(Frame::Error(e)) => return Err(SessionError::Refused(format!("{} (code {})", e.message, e.code))),
+            Some(other) => return Err(SessionError::Protocol(format!("expected Welcome, got {:?}", other.kind()))),
+            None => return Err(SessionError::Closed),
+        };
+        self.shared.metrics.connects.inc();
+        self.shared.metrics.connected.set(1);
+        info!(collector = %conn.remote_address(), collector_id = %welcome.collector_id, last_acked_seq = welcome.last_acked_seq, "connected");
+        self.acknowledge(welcome.last_acked_seq);
+
+        // Acks arrive on their own task so that a blocked write never stalls them (and reads are
+        // never cancelled half-way through a frame).
+        let (ack_tx, mut ack_rx) = mpsc::channel::<Result<Frame, SessionError>>(64);
+        let reader = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            loop {
+                let item = match read_frame(&mut recv, &mut buf).await {
+                    Ok(Some(frame)) => Ok(frame),
+                    Ok(None) => Err(SessionError::Closed),
+                    Err(e) => Err(SessionError::Transport(e)),
+                };
+                let stop = item.is_err();
+                if ack_tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let result = self.stream_batches(&mut send, &mut ack_rx, welcome.last_acked_seq).await;
+        reader.abort();
+        if result.is_ok() {
+            let _ = send.finish();
+        }
+        result
+    }
+
+    async fn stream_batches(
+        &self,
+        send: &mut quinn::SendStream,
+        acks: &mut mpsc::Receiver<Result<Frame, SessionError>>,
+        acked_at_welcome: u64,
+    ) -> Result<(), SessionError> {
+        let mut last_acked = acked_at_welcome;
+        let mut last_sent = acked_at_welcome;
+        {
+            // Resend from the first pending batch.
+            let st = self.shared.lock();
+            if let Some(first) = st.spool.first_seq() {
+                last_sent = last_sent.max(first.saturating_sub(1));
+            }
+        }
+        let mut sent_at: std::collections::VecDeque<(u64, Instant)> = Default::default();
+        loop {
+            // Fill the window.
+            loop {
+                if last_sent.saturating_sub(last_acked) >= self.cfg.max_in_flight {
+                    break;
+                }
+                let frame = {
+                    let st = self.shared.lock();
+                    match st.spool.next_after(last_sent) {
+                        Some(b) => (b.seq, b.frame.clone()),
+                        None => break,
+                    }
+                };
+                send.write_all(&frame.1).await?;
+                last_sent = frame.0;
+                sent_at.push_back((frame.0, Instant::now()));
+                self.shared.metrics.batches_sent.inc();
+                debug!(seq = frame.0, "batch sent");
+            }
+            if self.is_drained() {
+                return Ok(());
+            }
+            tokio::select! {
+                item = acks.recv() => {
+                    let frame = item.ok_or(SessionError::Closed)??;
+                    match frame {
+                        Frame::Ack(ack) => {
+                            if ack.seq > last_sent {
+                                return Err(SessionError::Protocol(format!("ack {} for a batch never sent (last sent {last_sent})", ack.seq)));
+                            }
+                            last_acked = last_acked.max(ack.seq);
+                            while sent_at.front().is_some_and(|(s, _)| *s <= ack.seq) {
+                                if let Some((_, at)) = sent_at.pop_front() {
+                                    self.shared.metrics.ack_latency_seconds.observe(at.elapsed().as_secs_f64());
+                                }
+                            }
+                            self.acknowledge(ack.seq);
+                        }
+                        Frame::Error(e) => return Err(SessionError::Refused(format!("{} (code {})", e.message, e.code))),
+                        other => return Err(SessionError::Protocol(format!("unexpected {:?} frame", other.kind()))),
+                    }
+                }
+                _ = self.shared.changed.notified() => {}
+            }
+        }
+    }
+
+    fn acknowledge(&self, seq: u64) {
+        let mut st = self.shared.lock();
+        let n = st.spool.ack_through(seq);
+        st.acked_batches += n as u64;
+        self.shared.update_gauges(&st);
+        let drained = st.finishing && st.spool.is_empty();
+        drop(st);
+        self.shared.metrics.batches_acked.inc_by(n as u64);
+        if drained {
+            self.shared.drained.notify_waiters();
+        }
+    }
+}
+
+/// FNV-1a, a stable hash (unlike `DefaultHasher`) to spread agents over collectors.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -1,0 +1,160 @@
+//! Runs a whole agent: source → sampler thread → batcher → uplink, plus the telemetry endpoint,
+//! until the source's duration ends or a stop is requested; then drains what is pending.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use oomlens_schema::Hello;
+use oomlens_schema::telemetry::Readiness;
+use oomlens_schema::tls::TlsFiles;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+use crate::config::{AgentConfig, SourceKind};
+use crate::metrics::AgentMetrics;
+use crate::nvml::{NvmlError, NvmlOptions, NvmlSource};
+use crate::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
+use crate::sim::{SimError, Simulator};
+use crate::source::Source;
+use crate::spool::MemorySpool;
+use crate::uplink::{Uplink, UplinkConfig, UplinkError, UplinkTotals};
+
+/// The agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// NVML is unusable.
+    #[error(transparent)]
+    Nvml(#[from] NvmlError),
+    /// The simulator configuration is wrong.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// The uplink could not start.
+    #[error(transparent)]
+    Uplink(#[from] UplinkError),
+    /// The telemetry endpoint could not bind.
+    #[error("cannot serve telemetry on {addr}: {source}")]
+    Telemetry {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// The sampler thread could not start.
+    #[error("cannot start the sampler thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Builds the configured source.
+pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, RunError> {
+    Ok(match cfg.source.kind {
+        SourceKind::Nvml => Box::new(NvmlSource::open(NvmlOptions {
+            call_timeout: Duration::from_millis(cfg.source.nvml_call_timeout_ms),
+            ..NvmlOptions::default()
+        })?),
+        SourceKind::Simulator => Box::new(Simulator::new(&cfg.agent.node, cfg.simulator.clone(), start_ms)?),
+    })
+}
+
+/// Runs the agent until its source's duration ends (then drains) or `stop` turns true.
+pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Result<UplinkTotals, RunError> {
+    let mut registry = Registry::default();
+    let metrics = AgentMetrics::register(&mut registry);
+    let readiness = Readiness::default();
+    let telemetry = match cfg.telemetry.listen {
+        Some(addr) => {
+            let (bound, task) = oomlens_schema::telemetry::serve(addr, Arc::new(registry), readiness.clone())
+                .await
+                .map_err(|source| RunError::Telemetry { addr, source })?;
+            info!(%bound, "telemetry endpoint listening");
+            Some(task)
+        }
+        None => None,
+    };
+
+    let start_ms = if cfg.source.start_ms > 0 { cfg.source.start_ms } else { now_ms() };
+    let source = open_source(&cfg, start_ms)?;
+    let hello = Hello {
+        agent_id: cfg.agent.agent_id.clone(),
+        node: cfg.agent.node.clone(),
+        cluster: cfg.agent.cluster.clone(),
+        boot_id: rand::random::<u64>() | 1,
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        gpus: source.inventory(),
+    };
+    info!(source = source.name(), gpus = hello.gpus.len(), node = %hello.node, boot_id = hello.boot_id, "agent starting");
+
+    let u = &cfg.uplink;
+    let (uplink, handle) = Uplink::new(
+        UplinkConfig {
+            collectors: u.collectors.clone(),
+            server_name: u.server_name.clone(),
+            tls: TlsFiles { ca: u.ca.clone(), cert: u.cert.clone(), key: u.key.clone() },
+            connect_timeout: AgentConfig::ms(u.connect_timeout_ms),
+            idle_timeout: AgentConfig::ms(u.idle_timeout_ms),
+            max_in_flight: u.max_in_flight,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: AgentConfig::ms(u.backoff_max_ms),
+        },
+        hello,
+        Box::new(MemorySpool::new(u.spool_max_bytes)),
+        metrics.clone(),
+    )?;
+    let (uplink_stop_tx, uplink_stop_rx) = watch::channel(false);
+    let uplink_task = tokio::spawn(uplink.run(uplink_stop_rx));
+    readiness.set(true);
+
+    let (tx, rx) = mpsc::channel(64);
+    let sampler_stop = Arc::new(AtomicBool::new(false));
+    let clock = match cfg.source.kind {
+        SourceKind::Nvml => Clock::Real,
+        SourceKind::Simulator => Clock::Simulated { start_ms, speed: cfg.source.speed },
+    };
+    let duration = (cfg.source.duration_s > 0).then(|| Duration::from_secs(cfg.source.duration_s));
+    let sampler = spawn_sampler(
+        source,
+        SamplerConfig { interval: Duration::from_millis(cfg.source.interval_ms), clock, duration },
+        tx,
+        sampler_stop.clone(),
+    )
+    .map_err(RunError::Thread)?;
+    let batcher = tokio::spawn(run_batcher(
+        rx,
+        handle.clone(),
+        BatcherConfig { flush_every: AgentConfig::ms(u.batch_interval_ms), max_rows: u.batch_max_rows, first_seq: 1 },
+        metrics.clone(),
+    ));
+
+    // Until the source is done or a stop is requested.
+    let mut batcher = batcher;
+    tokio::select! {
+        _ = &mut batcher => {}
+        _ = stop.changed() => {
+            info!("stop requested: flushing");
+            sampler_stop.store(true, Ordering::Relaxed);
+            let _ = (&mut batcher).await;
+        }
+    }
+    sampler_stop.store(true, Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+
+    handle.finish();
+    let drain = AgentConfig::ms(u.drain_timeout_ms);
+    if tokio::time::timeout(drain, handle.drained()).await.is_err() {
+        let t = handle.totals();
+        warn!(pending_batches = t.pending_batches, "drain timeout: pending batches not acknowledged");
+    }
+    let _ = uplink_stop_tx.send(true);
+    match uplink_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => warn!(error = %e, "uplink task failed"),
+    }
+    if let Some(t) = telemetry {
+        t.abort();
+    }
+    let totals = handle.totals();
+    info!(?totals, "agent stopped");
+    Ok(totals)
+}
