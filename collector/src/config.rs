@@ -1,1 +1,154 @@
-//! config (in progress)
+//! The collector's configuration: one TOML file (`[collector]`, `[clickhouse]`, `[telemetry]`),
+//! every field defaulted, unknown keys refused; flags and `OOMLENS_*` variables override it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use oomlens_schema::tls::TlsFiles;
+use serde::Deserialize;
+
+use crate::clickhouse::ChConfig;
+use crate::server::ServerConfig;
+
+/// Configuration failed to load or validate.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// Not valid TOML for this schema.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Parser message (names the key and line).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// `[collector]`: the QUIC listener.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectorSection {
+    /// UDP address for QUIC.
+    pub listen: SocketAddr,
+    /// Id of this collector (default: host name).
+    pub collector_id: String,
+    /// CA certificate (PEM) that signs agent certificates.
+    pub ca: PathBuf,
+    /// Collector certificate (PEM).
+    pub cert: PathBuf,
+    /// Collector key (PEM).
+    pub key: PathBuf,
+    /// Most concurrent agent connections.
+    pub max_connections: usize,
+    /// Most batches of one connection being stored at once.
+    pub max_batches_in_flight: usize,
+    /// QUIC idle timeout, ms.
+    pub idle_timeout_ms: u64,
+    /// Time for TLS + Hello, ms.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for CollectorSection {
+    fn default() -> Self {
+        CollectorSection {
+            listen: SocketAddr::from(([0, 0, 0, 0], 4433)),
+            collector_id: String::new(),
+            ca: PathBuf::from("/etc/oomlens/ca.pem"),
+            cert: PathBuf::from("/etc/oomlens/collector.pem"),
+            key: PathBuf::from("/etc/oomlens/collector.key"),
+            max_connections: 10_000,
+            max_batches_in_flight: 16,
+            idle_timeout_ms: 15_000,
+            handshake_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// Address of `/metrics`, `/healthz`, `/readyz` (unset: disabled).
+    pub listen: Option<SocketAddr>,
+}
+
+/// The whole collector configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectorConfig {
+    /// QUIC listener.
+    pub collector: CollectorSection,
+    /// ClickHouse.
+    pub clickhouse: ChConfig,
+    /// Telemetry endpoint.
+    pub telemetry: TelemetrySection,
+}
+
+impl CollectorConfig {
+    /// Reads a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+    }
+
+    /// Fills derived defaults and checks ranges.
+    pub fn finish(mut self) -> Result<Self, ConfigError> {
+        if self.collector.collector_id.is_empty() {
+            self.collector.collector_id = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "collector".to_owned());
+        }
+        if self.collector.max_connections == 0 || self.collector.max_batches_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "collector.max_connections and collector.max_batches_in_flight must be > 0".to_owned(),
+            ));
+        }
+        if self.collector.idle_timeout_ms < 300 {
+            return Err(ConfigError::Invalid("collector.idle_timeout_ms must be at least 300".to_owned()));
+        }
+        self.clickhouse.validate().map_err(ConfigError::Invalid)?;
+        Ok(self)
+    }
+
+    /// The QUIC server settings.
+    pub fn server(&self) -> ServerConfig {
+        let c = &self.collector;
+        ServerConfig {
+            listen: c.listen,
+            tls: TlsFiles { ca: c.ca.clone(), cert: c.cert.clone(), key: c.key.clone() },
+            idle_timeout: Duration::from_millis(c.idle_timeout_ms),
+            handshake_timeout: Duration::from_millis(c.handshake_timeout_ms),
+            max_connections: c.max_connections,
+            max_batches_in_flight: c.max_batches_in_flight,
+            collector_id: c.collector_id.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_keys() {
+        let cfg: CollectorConfig = toml::from_str("").unwrap();
+        let cfg = cfg.finish().unwrap();
+        assert_eq!(cfg.collector.listen.port(), 4433);
+        assert!(!cfg.collector.collector_id.is_empty());
+        assert!(toml::from_str::<CollectorConfig>("[collector]\nlisten_addr = \"x\"\n").is_err());
+        let cfg: CollectorConfig = toml::from_str("[clickhouse]\nurl = \"http://h:8123\"\n").unwrap();
+        assert_eq!(cfg.clickhouse.url, "http://h:8123");
+    }
+}

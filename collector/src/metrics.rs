@@ -1,1 +1,104 @@
-//! metrics (in progress)
+//! The collector's Prometheus metrics (served on `/metrics` by `oomlens_schema::telemetry`):
+//! connection and frame counters owned here, and the ClickHouse sink's counters read at scrape time.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::clickhouse::sink::SinkStats;
+
+/// Label set.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Connection and frame metrics.
+#[derive(Debug)]
+pub struct CollectorMetrics {
+    /// Agents connected now.
+    pub connected_agents: Gauge,
+    /// Sessions accepted (after TLS and Hello).
+    pub sessions: Counter,
+    /// Frames received, by kind.
+    pub frames_in: Family<Labels, Counter>,
+    /// Frame bytes received.
+    pub bytes_in: Counter,
+    /// Refused connections and frames, by reason.
+    pub rejects: Family<Labels, Counter>,
+    /// Batches that were already stored (re-sent) and acknowledged without a second insert.
+    pub duplicate_batches: Counter,
+    /// Seconds from receiving a batch to acknowledging it.
+    pub ack_latency_seconds: Histogram,
+}
+
+impl CollectorMetrics {
+    /// Creates and registers the metrics under `oomlens_collector`, plus the sink's counters.
+    pub fn register(registry: &mut Registry, sink: Option<Arc<SinkStats>>) -> Arc<Self> {
+        let m = CollectorMetrics {
+            connected_agents: Gauge::default(),
+            sessions: Counter::default(),
+            frames_in: Family::default(),
+            bytes_in: Counter::default(),
+            rejects: Family::default(),
+            duplicate_batches: Counter::default(),
+            ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        };
+        let r = registry.sub_registry_with_prefix("oomlens_collector");
+        r.register("connected_agents", "Agents connected now", m.connected_agents.clone());
+        r.register("sessions", "Agent sessions accepted", m.sessions.clone());
+        r.register("frames_in", "Frames received by kind", m.frames_in.clone());
+        r.register("bytes_in", "Frame bytes received", m.bytes_in.clone());
+        r.register("rejects", "Refused connections and frames by reason", m.rejects.clone());
+        r.register("duplicate_batches", "Re-sent batches acknowledged without a second insert", m.duplicate_batches.clone());
+        r.register("ack_latency_seconds", "Batch received to acknowledged", m.ack_latency_seconds.clone());
+        if let Some(stats) = sink {
+            r.register_collector(Box::new(SinkCollector(stats)));
+        }
+        Arc::new(m)
+    }
+
+    /// Counts a refusal.
+    pub fn reject(&self, reason: &str) {
+        self.rejects.get_or_create(&vec![("reason", reason.to_owned())]).inc();
+    }
+}
+
+/// Exposes [`SinkStats`] at scrape time.
+#[derive(Debug)]
+struct SinkCollector(Arc<SinkStats>);
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(v);
+    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(v);
+    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for SinkCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        counter(&mut enc, "batches_in", "Batches handed to the ClickHouse writer", get(&s.batches_in))?;
+        counter(&mut enc, "batches_stored", "Batches stored in ClickHouse", get(&s.batches_stored))?;
+        counter(&mut enc, "gpu_sample_rows_in", "gpu_samples rows received", get(&s.gpu_rows_in))?;
+        counter(&mut enc, "process_sample_rows_in", "process_samples rows received", get(&s.process_rows_in))?;
+        counter(&mut enc, "event_rows_in", "oom_events rows received", get(&s.event_rows_in))?;
+        counter(&mut enc, "rows_written", "Rows written to ClickHouse (all tables)", get(&s.rows_written))?;
+        counter(&mut enc, "insert_flushes", "Insert flushes completed", get(&s.insert_batches))?;
+        counter(&mut enc, "clickhouse_errors", "Failed ClickHouse inserts (each retried)", get(&s.insert_errors))?;
+        counter(&mut enc, "insert_latency_microseconds_sum", "Sum of insert latencies", get(&s.insert_latency_us_sum))?;
+        counter(&mut enc, "insert_latency_count", "Inserts timed", get(&s.insert_latency_count))?;
+        gauge(&mut enc, "insert_latency_microseconds_max", "Slowest insert", get(&s.insert_latency_us_max) as i64)?;
+        gauge(&mut enc, "queue_depth", "Batches waiting for the writer", get(&s.queue_depth) as i64)?;
+        gauge(&mut enc, "pending_batches", "Batches taken by the writer, not yet stored", get(&s.pending_batches) as i64)?;
+        Ok(())
+    }
+}

@@ -1,1 +1,379 @@
-//! server (in progress)
+//! The QUIC ingest server: accepts agent connections (mutual TLS), runs one task per connection,
+//! validates every frame, stamps rows with the certificate's identity, hands batches to the
+//! ClickHouse [`Sink`] and acknowledges each batch only after its rows are stored.
+//!
+//! Per connection: `Hello` → `Welcome { last_acked_seq }` (looked up in ClickHouse, so a restarted
+//! collector knows what is stored), then a pipeline of `Batch` frames — at most
+//! `max_batches_in_flight` stored concurrently — answered by cumulative `Ack { seq }` in order.
+//! A batch whose `seq` is already stored is acknowledged without a second insert. A bad frame gets
+//! an `ErrorReply`, is counted, and closes that connection only.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oomlens_schema::tls::{TlsError, TlsFiles};
+use oomlens_schema::transport::{TransportError, read_frame, write_frame};
+use oomlens_schema::{Ack, ErrorCode, ErrorReply, Frame, Hello, Welcome};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::certs::identity_from_der;
+use crate::clickhouse::sink::{Sink, SinkError};
+use crate::identity::AgentIdentity;
+use crate::metrics::CollectorMetrics;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// UDP address to listen on.
+    pub listen: SocketAddr,
+    /// CA (for agents), certificate and key.
+    pub tls: TlsFiles,
+    /// QUIC idle timeout.
+    pub idle_timeout: Duration,
+    /// Time allowed for TLS + `Hello`.
+    pub handshake_timeout: Duration,
+    /// Most concurrent agent connections.
+    pub max_connections: usize,
+    /// Most batches of one connection being stored at once.
+    pub max_batches_in_flight: usize,
+    /// This collector's id (logs, `agents` table).
+    pub collector_id: String,
+}
+
+/// The server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Error.
+        source: std::io::Error,
+    },
+}
+
+/// Why one session ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("TLS handshake: {0}")]
+    Handshake(quinn::ConnectionError),
+    #[error("no client certificate")]
+    NoCertificate,
+    #[error("client certificate: {0}")]
+    Certificate(String),
+    #[error("no Hello within the handshake timeout")]
+    HelloTimeout,
+    #[error("connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("bad frame: {0}")]
+    BadFrame(TransportError),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    #[error("write: {0}")]
+    Write(TransportError),
+    #[error("storage: {0}")]
+    Storage(#[from] SinkError),
+}
+
+impl SessionError {
+    fn reason(&self) -> &'static str {
+        match self {
+            SessionError::Handshake(_) => "tls",
+            SessionError::NoCertificate => "no_certificate",
+            SessionError::Certificate(_) => "certificate",
+            SessionError::HelloTimeout => "hello_timeout",
+            SessionError::Connection(_) => "connection",
+            SessionError::BadFrame(TransportError::Frame(e)) => e.reason(),
+            SessionError::BadFrame(_) => "truncated_stream",
+            SessionError::Protocol(_) => "protocol",
+            SessionError::Write(_) => "write",
+            SessionError::Storage(_) => "storage",
+        }
+    }
+
+    /// The error reply the peer gets, if any.
+    fn reply(&self) -> Option<ErrorReply> {
+        let (code, message) = match self {
+            SessionError::BadFrame(e) => (ErrorCode::BadFrame, e.to_string()),
+            SessionError::Protocol(m) => (ErrorCode::ProtocolViolation, m.clone()),
+            SessionError::Certificate(m) => (ErrorCode::Unauthorized, m.clone()),
+            SessionError::Storage(e) => (ErrorCode::Unavailable, e.to_string()),
+            _ => return None,
+        };
+        Some(ErrorReply { code: code as u16, message })
+    }
+}
+
+/// A bound, not yet running server.
+#[derive(Debug)]
+pub struct Server {
+    cfg: ServerConfig,
+    endpoint: quinn::Endpoint,
+    sink: Sink,
+    metrics: Arc<CollectorMetrics>,
+}
+
+impl Server {
+    /// Loads the TLS material and binds the UDP socket.
+    pub fn bind(cfg: ServerConfig, sink: Sink, metrics: Arc<CollectorMetrics>) -> Result<Server, ServerError> {
+        let server_config = oomlens_schema::tls::server_config(&cfg.tls, cfg.idle_timeout)?;
+        let endpoint = quinn::Endpoint::server(server_config, cfg.listen)
+            .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
+        Ok(Server { cfg, endpoint, sink, metrics })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Accepts connections until `shutdown` turns true; then closes every connection with
+    /// `ShuttingDown` and waits for the connection tasks.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let limit = Arc::new(Semaphore::new(self.cfg.max_connections.max(1)));
+        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
+        loop {
+            let incoming = tokio::select! {
+                i = self.endpoint.accept() => i,
+                _ = shutdown.changed() => break,
+            };
+            let Some(incoming) = incoming else { break };
+            tasks.retain(|t| !t.is_finished());
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                self.metrics.reject("too_many_connections");
+                incoming.refuse();
+                continue;
+            };
+            let ctx = SessionCtx {
+                cfg: self.cfg.clone(),
+                sink: self.sink.clone(),
+                metrics: self.metrics.clone(),
+                shutdown: shutdown.clone(),
+            };
+            tasks.push(tokio::spawn(async move {
+                ctx.handle(incoming).await;
+                drop(permit);
+            }));
+        }
+        self.endpoint.close((ErrorCode::ShuttingDown as u32).into(), b"collector shutting down");
+        for t in tasks {
+            let _ = t.await;
+        }
+        self.endpoint.wait_idle().await;
+    }
+}
+
+/// A batch being stored: its seq, when it arrived, and the store task.
+type InFlight = (u64, Instant, JoinHandle<Result<(), SinkError>>);
+
+struct SessionCtx {
+    cfg: ServerConfig,
+    sink: Sink,
+    metrics: Arc<CollectorMetrics>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl SessionCtx {
+    async fn handle(mut self, incoming: quinn::Incoming) {
+        let remote = incoming.remote_address();
+        let conn = match tokio::time::timeout(self.cfg.handshake_timeout, incoming).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return self.refused(remote, &SessionError::Handshake(e)),
+            Err(_) => return self.refused(remote, &SessionError::HelloTimeout),
+        };
+        let cert = match peer_identity(&conn) {
+            Ok(c) => c,
+            Err(e) => {
+                self.refused(remote, &e);
+                conn.close((ErrorCode::Unauthorized as u32).into(), b"unauthorized");
+                return;
+            }
+        };
+        self.metrics.connected_agents.inc();
+        let result = self.session(&conn, cert).await;
+        self.metrics.connected_agents.dec();
+        match result {
+            Ok(()) => conn.close(0u32.into(), b"bye"),
+            Err(e) => {
+                self.refused(remote, &e);
+                conn.close(1u32.into(), e.reason().as_bytes());
+            }
+        }
+    }
+
+    fn refused(&self, remote: SocketAddr, e: &SessionError) {
+        match e {
+            // A peer that simply went away is not a reject.
+            SessionError::Connection(
+                quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut,
+            ) => debug!(%remote, error = %e, "session ended"),
+            _ => {
+                self.metrics.reject(e.reason());
+                warn!(%remote, error = %e, "session refused or failed");
+            }
+        }
+    }
+
+    async fn session(&mut self, conn: &quinn::Connection, cert: crate::certs::CertIdentity) -> Result<(), SessionError> {
+        let (mut send, mut recv) = tokio::time::timeout(self.cfg.handshake_timeout, conn.accept_bi())
+            .await
+            .map_err(|_| SessionError::HelloTimeout)??;
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        let first = tokio::time::timeout(self.cfg.handshake_timeout, read_frame(&mut recv, &mut buf))
+            .await
+            .map_err(|_| SessionError::HelloTimeout)?;
+        let hello = match first {
+            Ok(Some(Frame::Hello(h))) => h,
+            Ok(Some(other)) => return self.fail(&mut send, SessionError::Protocol(format!("expected Hello, got {}", other.kind().as_str()))).await,
+            Ok(None) => return Ok(()),
+            Err(e) => return self.fail(&mut send, SessionError::BadFrame(e)).await,
+        };
+        self.count_frame("hello", buf.len());
+        let identity = identity(&cert, &hello);
+        let last = match self.sink.last_acked_seq(&identity).await {
+            Ok(seq) => seq,
+            Err(e) => return self.fail(&mut send, SessionError::Storage(e)).await,
+        };
+        let welcome = Frame::Welcome(Welcome { collector_id: self.cfg.collector_id.clone(), last_acked_seq: last });
+        write_frame(&mut send, &welcome, &mut out).await.map_err(SessionError::Write)?;
+        self.metrics.sessions.inc();
+        info!(cluster = %identity.cluster, node = %identity.node, agent_id = %identity.agent_id, boot_id = identity.boot_id, last_acked_seq = last, "agent connected");
+
+        let result = self.stream(&mut send, recv, &identity, last).await;
+        match result {
+            Err(e) => self.fail(&mut send, e).await,
+            Ok(()) => {
+                let _ = send.finish();
+                Ok(())
+            }
+        }
+    }
+
+    /// The batch pipeline of one connection.
+    async fn stream(
+        &mut self,
+        send: &mut quinn::SendStream,
+        mut recv: quinn::RecvStream,
+        identity: &AgentIdentity,
+        mut last_stored: u64,
+    ) -> Result<(), SessionError> {
+        // Frames are read on their own task: `read_frame` is not cancel-safe, and the select below
+        // must not drop half a frame when a store completes first.
+        let (frame_tx, mut frames) = tokio::sync::mpsc::channel::<Result<Option<(Frame, usize)>, TransportError>>(4);
+        let reader = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            loop {
+                let item = read_frame(&mut recv, &mut buf).await.map(|f| f.map(|f| (f, buf.len())));
+                let end = !matches!(item, Ok(Some(_)));
+                if frame_tx.send(item).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        let mut last_received = last_stored;
+        let mut out = Vec::new();
+        let mut reading = true;
+        let result = loop {
+            if !reading && in_flight.is_empty() {
+                break Ok(());
+            }
+            let can_read = reading && in_flight.len() < self.cfg.max_batches_in_flight.max(1);
+            tokio::select! {
+                item = frames.recv(), if can_read => {
+                    let batch = match item {
+                        Some(Ok(Some((Frame::Batch(b), len)))) => { self.count_frame("batch", len); b }
+                        Some(Ok(Some((other, _)))) => break Err(SessionError::Protocol(format!("unexpected {} frame", other.kind().as_str()))),
+                        Some(Ok(None)) | None => { reading = false; continue; }
+                        Some(Err(e)) => break Err(SessionError::BadFrame(e)),
+                    };
+                    if batch.seq <= last_received {
+                        if batch.seq <= last_stored {
+                            // Already in ClickHouse (re-sent after a reconnect): acknowledge only.
+                            self.metrics.duplicate_batches.inc();
+                            if let Err(e) = write_frame(send, &Frame::Ack(Ack { seq: batch.seq }), &mut out).await {
+                                break Err(SessionError::Write(e));
+                            }
+                            continue;
+                        }
+                        break Err(SessionError::Protocol(format!("batch seq {} not increasing (last {last_received})", batch.seq)));
+                    }
+                    last_received = batch.seq;
+                    let sink = self.sink.clone();
+                    let id = identity.clone();
+                    let seq = batch.seq;
+                    in_flight.push_back((seq, Instant::now(), tokio::spawn(async move { sink.store(&id, batch).await })));
+                }
+                done = async { match in_flight.front_mut() { Some((_, _, h)) => h.await, None => std::future::pending().await } } => {
+                    let Some((seq, received, _)) = in_flight.pop_front() else { continue };
+                    match done {
+                        Ok(Ok(())) => {
+                            last_stored = seq;
+                            self.metrics.ack_latency_seconds.observe(received.elapsed().as_secs_f64());
+                            if let Err(e) = write_frame(send, &Frame::Ack(Ack { seq }), &mut out).await {
+                                break Err(SessionError::Write(e));
+                            }
+                        }
+                        Ok(Err(e)) => break Err(SessionError::Storage(e)),
+                        Err(e) => break Err(SessionError::Storage(SinkError::Writer(e.to_string()))),
+                    }
+                }
+                _ = self.shutdown.changed() => {
+                    reading = false;
+                }
+            }
+        };
+        reader.abort();
+        result
+    }
+
+    fn count_frame(&self, kind: &str, payload_len: usize) {
+        self.metrics.frames_in.get_or_create(&vec![("kind", kind.to_owned())]).inc();
+        self.metrics.bytes_in.inc_by((payload_len + oomlens_schema::HEADER_LEN) as u64);
+    }
+
+    async fn fail(&self, send: &mut quinn::SendStream, e: SessionError) -> Result<(), SessionError> {
+        if let Some(reply) = e.reply() {
+            let _ = write_frame(send, &Frame::Error(reply), &mut Vec::new()).await;
+            let _ = send.finish();
+            // Give the reply a moment to leave before the connection is closed.
+            let _ = tokio::time::timeout(Duration::from_millis(200), send.stopped()).await;
+        }
+        Err(e)
+    }
+}
+
+fn peer_identity(conn: &quinn::Connection) -> Result<crate::certs::CertIdentity, SessionError> {
+    let certs = conn
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or(SessionError::NoCertificate)?;
+    let leaf = certs.first().ok_or(SessionError::NoCertificate)?;
+    identity_from_der(leaf).map_err(|e| SessionError::Certificate(e.to_string()))
+}
+
+/// Merges the certificate identity (authoritative) with the agent's Hello.
+pub fn identity(cert: &crate::certs::CertIdentity, hello: &Hello) -> AgentIdentity {
+    if hello.node != cert.node {
+        warn!(claimed = %hello.node, certificate = %cert.node, "agent claims another node name; using the certificate's");
+    }
+    AgentIdentity {
+        cluster: cert.cluster.clone().unwrap_or_else(|| hello.cluster.clone()),
+        node: cert.node.clone(),
+        agent_id: hello.agent_id.clone(),
+        boot_id: hello.boot_id,
+        agent_version: hello.agent_version.clone(),
+        gpus: hello.gpus.clone(),
+    }
+}

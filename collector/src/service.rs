@@ -1,0 +1,135 @@
+//! A whole collector: connect to ClickHouse (retrying while it is unreachable), migrate and check
+//! the schema, start the batched sink, the retention task, the telemetry endpoint and the QUIC
+//! server; stop them in order. Used by `oomlens-collector serve`, the demo and the tests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oomlens_schema::telemetry::Readiness;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info};
+
+use crate::clickhouse::{Ch, ChConfig, ChError, Sink, SinkStats};
+use crate::config::CollectorConfig;
+use crate::metrics::CollectorMetrics;
+use crate::server::{Server, ServerError};
+
+/// The collector could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// ClickHouse refused the migration or schema check.
+    #[error(transparent)]
+    ClickHouse(#[from] ChError),
+    /// The QUIC server could not start.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// The telemetry endpoint could not bind.
+    #[error("cannot serve telemetry on {addr}: {source}")]
+    Telemetry {
+        /// Address.
+        addr: SocketAddr,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// Stopped before ClickHouse became reachable.
+    #[error("stopped while waiting for ClickHouse at {0}")]
+    Stopped(String),
+}
+
+/// Connects to ClickHouse, retrying with back-off (logging each failure clearly) until it answers
+/// or `stop` turns true. Configuration errors are not retried.
+pub async fn connect_with_retry(cfg: &ChConfig, stop: &mut watch::Receiver<bool>) -> Result<Ch, ServiceError> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match Ch::connect(cfg).await {
+            Ok(ch) => return Ok(ch),
+            Err(e @ ChError::InvalidConfig(_)) => return Err(e.into()),
+            Err(e) => error!(error = %e, retry_in_ms = delay.as_millis() as u64, "ClickHouse is not reachable; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return Err(ServiceError::Stopped(cfg.url.clone())),
+        }
+        if *stop.borrow() {
+            return Err(ServiceError::Stopped(cfg.url.clone()));
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// A running collector.
+#[derive(Debug)]
+pub struct RunningCollector {
+    /// QUIC address.
+    pub addr: SocketAddr,
+    /// Telemetry address, when enabled.
+    pub telemetry_addr: Option<SocketAddr>,
+    /// The sink's counters.
+    pub sink_stats: Arc<SinkStats>,
+    /// Connection metrics.
+    pub metrics: Arc<CollectorMetrics>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    sink_task: crate::clickhouse::SinkTask,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl RunningCollector {
+    /// Stops accepting, closes connections, flushes the sink and stops every task.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        for t in &self.background {
+            t.abort();
+        }
+        // The server's sink handles are gone now; the writer flushes and exits.
+        if let Err(e) = self.sink_task.join().await {
+            error!(error = %e, "ClickHouse writer ended abnormally");
+        }
+        info!("collector stopped");
+    }
+
+    /// Stops at once without flushing (simulates a crash in tests).
+    pub fn abort(self) {
+        self.server.abort();
+        self.sink_task.abort();
+        for t in &self.background {
+            t.abort();
+        }
+    }
+}
+
+/// Starts a collector. Waits (retrying) for ClickHouse; `stop` aborts that wait.
+pub async fn start(cfg: CollectorConfig, mut stop: watch::Receiver<bool>) -> Result<RunningCollector, ServiceError> {
+    let ch = connect_with_retry(&cfg.clickhouse, &mut stop).await?;
+    let report = ch.migrate().await?;
+    info!(?report, "schema ready");
+    let mut background = Vec::new();
+    if !ch.caps().ttl {
+        background.push(ch.spawn_retention(Duration::from_secs(3600)));
+    }
+    let (sink, sink_task) = Sink::spawn(ch, &cfg.clickhouse, cfg.collector.collector_id.clone());
+    let sink_stats = sink.stats();
+    let mut registry = Registry::default();
+    let metrics = CollectorMetrics::register(&mut registry, Some(sink_stats.clone()));
+    let readiness = Readiness::default();
+    let telemetry_addr = match cfg.telemetry.listen {
+        Some(addr) => {
+            let (bound, task) = oomlens_schema::telemetry::serve(addr, Arc::new(registry), readiness.clone())
+                .await
+                .map_err(|source| ServiceError::Telemetry { addr, source })?;
+            background.push(task);
+            Some(bound)
+        }
+        None => None,
+    };
+    let server = Server::bind(cfg.server(), sink, metrics.clone())?;
+    let addr = server.local_addr().map_err(|source| ServerError::Bind { addr: cfg.collector.listen, source })?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let server = tokio::spawn(server.run(shutdown_rx));
+    readiness.set(true);
+    Ok(RunningCollector { addr, telemetry_addr, sink_stats, metrics, shutdown, server, sink_task, background })
+}
