@@ -1,6 +1,7 @@
 //! The HTTP telemetry endpoint (feature `telemetry`): `GET /metrics` (Prometheus text exposition of
 //! a `prometheus-client` registry), `GET /healthz` (process alive) and `GET /readyz` (200 only
-//! while the owner says it is ready, e.g. connected to ClickHouse / the collector).
+//! while the owner says it is ready, e.g. connected to ClickHouse / the collector) — plus the
+//! process-level plumbing every binary shares: log set-up and the stop signal.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,4 +80,36 @@ pub async fn serve(
         }
     });
     Ok((local, task))
+}
+
+/// Logs to stderr; the filter comes from `OOMLENS_LOG` (e.g. `debug`, `oomlens_collector=debug`),
+/// default `info`.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OOMLENS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn stop_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+/// A watch channel that turns true on Ctrl-C or SIGTERM.
+pub fn stop_on_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if let Err(e) = stop_signal().await {
+            tracing::error!(error = %e, "cannot listen for stop signals");
+            return;
+        }
+        tracing::info!("stop signal received");
+        let _ = tx.send(true);
+    });
+    rx
 }
