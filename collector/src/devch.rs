@@ -1,1 +1,446 @@
-//! devch (in progress)
+//! A throw-away local ClickHouse server for tests, the demo and the benches.
+//!
+//! [`DevClickHouse::start`] picks free loopback ports, renders the same config templates as
+//! `deploy/dev-clickhouse.sh` (`deploy/clickhouse/dev-config.xml`, `dev-users.xml`) into a
+//! temporary directory, starts `clickhouse server` (a modern single binary on `PATH`) or Debian's
+//! `clickhouse-server` (18.16) in its own process group and waits until `GET /ping` answers `Ok.`.
+//! The server is stopped (SIGTERM, then SIGKILL) when the handle is dropped. [`DevClickHouse::kill`]
+//! and [`DevClickHouse::restart`] simulate an outage on the same ports and data directory.
+//!
+//! 18.16 waits for open HTTP keep-alive connections when it shuts down: drop the ClickHouse clients
+//! of the same process (and let their runtime run for a moment) before dropping the server, or
+//! `stop` may need its whole SIGTERM grace period before it falls back to SIGKILL.
+
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const CONFIG_TEMPLATE: &str = include_str!("../../deploy/clickhouse/dev-config.xml");
+const USERS_TEMPLATE: &str = include_str!("../../deploy/clickhouse/dev-users.xml");
+
+/// How long [`DevClickHouse::start`] waits for `/ping`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long [`DevClickHouse::stop`] waits after SIGTERM before SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+const INSTALL_HINT: &str = "install it with 'apt-get install -y clickhouse-server clickhouse-client' \
+                            or put a modern 'clickhouse' binary on PATH";
+
+/// Why the throw-away server could not be started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DevChError {
+    /// Neither `clickhouse` nor `clickhouse-server` exists.
+    #[error(
+        "no ClickHouse server binary found (looked for 'clickhouse' and 'clickhouse-server' on PATH and /usr/sbin/clickhouse-server): {INSTALL_HINT}"
+    )]
+    NoServer,
+    /// A file-system or process operation failed.
+    #[error("dev ClickHouse: {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server process exited before answering `/ping`.
+    #[error("dev ClickHouse exited during start-up ({status}); logs in {log_dir}:\n{log_tail}")]
+    Exited {
+        /// Exit status.
+        status: ExitStatus,
+        /// The log directory.
+        log_dir: String,
+        /// Last lines of the error log and stdout.
+        log_tail: String,
+    },
+    /// The server did not answer `/ping` in time.
+    #[error(
+        "dev ClickHouse did not answer /ping on port {port} within {after:?}; logs in {log_dir}:\n{log_tail}"
+    )]
+    Timeout {
+        /// HTTP port polled.
+        port: u16,
+        /// How long we waited.
+        after: Duration,
+        /// The log directory.
+        log_dir: String,
+        /// Last lines of the error log and stdout.
+        log_tail: String,
+    },
+    /// `restart` was called while the server is running.
+    #[error("dev ClickHouse is already running (pid {0})")]
+    AlreadyRunning(u32),
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> DevChError {
+    let context = context.into();
+    move |source| DevChError::Io { context, source }
+}
+
+/// The server binary and the arguments before `--config-file`.
+#[derive(Debug, Clone)]
+struct ServerCmd {
+    program: PathBuf,
+    args: Vec<&'static str>,
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+fn server_cmd() -> Result<ServerCmd, DevChError> {
+    if let Some(program) = find_on_path("clickhouse") {
+        return Ok(ServerCmd { program, args: vec!["server"] });
+    }
+    if let Some(program) = find_on_path("clickhouse-server") {
+        return Ok(ServerCmd { program, args: vec![] });
+    }
+    let sbin = PathBuf::from("/usr/sbin/clickhouse-server");
+    if is_executable(&sbin) {
+        return Ok(ServerCmd { program: sbin, args: vec![] });
+    }
+    Err(DevChError::NoServer)
+}
+
+/// A free loopback TCP port (bound to port 0, then released).
+fn free_port() -> Result<u16, DevChError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("binding a free loopback port"))?;
+    let port = listener.local_addr().map_err(io("reading a bound port"))?.port();
+    Ok(port)
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Renders `dev-config.xml` for a data directory and ports.
+fn render_config(dir: &Path, http_port: u16, tcp_port: u16) -> String {
+    CONFIG_TEMPLATE
+        .replace("@DIR@", &xml_escape(&dir.to_string_lossy()))
+        .replace("@HTTP_PORT@", &http_port.to_string())
+        .replace("@TCP_PORT@", &tcp_port.to_string())
+}
+
+#[derive(Debug)]
+enum Dir {
+    Temp(tempfile::TempDir),
+    Given(PathBuf),
+}
+
+impl Dir {
+    fn path(&self) -> &Path {
+        match self {
+            Dir::Temp(t) => t.path(),
+            Dir::Given(p) => p,
+        }
+    }
+}
+
+/// A running throw-away ClickHouse server; stopped on drop.
+#[derive(Debug)]
+pub struct DevClickHouse {
+    child: Option<Child>,
+    server: ServerCmd,
+    http_port: u16,
+    tcp_port: u16,
+    // Declared last: removed after the server is stopped in `Drop`.
+    dir: Dir,
+}
+
+impl DevClickHouse {
+    /// Starts a server in a fresh temporary directory (removed on drop).
+    pub fn start() -> Result<DevClickHouse, DevChError> {
+        let dir = tempfile::Builder::new()
+            .prefix("oomlens-devch-")
+            .tempdir()
+            .map_err(io("creating a temporary directory"))?;
+        Self::start_with(Dir::Temp(dir))
+    }
+
+    /// Starts a server whose config, data and logs live in `dir` (created if missing, kept).
+    pub fn start_in(dir: impl AsRef<Path>) -> Result<DevClickHouse, DevChError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        let dir = std::fs::canonicalize(dir).map_err(io(format!("resolving {}", dir.display())))?;
+        Self::start_with(Dir::Given(dir))
+    }
+
+    fn start_with(dir: Dir) -> Result<DevClickHouse, DevChError> {
+        let server = server_cmd()?;
+        let root = dir.path();
+        for sub in ["data", "tmp", "log", "user_files", "format_schemas"] {
+            let p = root.join(sub);
+            std::fs::create_dir_all(&p).map_err(io(format!("creating {}", p.display())))?;
+        }
+        let mut ch = DevClickHouse { child: None, server, http_port: 0, tcp_port: 0, dir };
+        // A port picked here can be taken by someone else before the server binds it: retry with
+        // fresh ports a few times when that is why the server exited.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            ch.pick_ports()?;
+            match ch.spawn_and_wait() {
+                Err(DevChError::Exited { log_tail, .. })
+                    if attempt < 3 && log_tail.contains("Address already in use") =>
+                {
+                    tracing::debug!("dev ClickHouse: port taken, retrying with fresh ports");
+                }
+                other => return other.map(|()| ch),
+            }
+        }
+    }
+
+    fn pick_ports(&mut self) -> Result<(), DevChError> {
+        let root = self.dir.path().to_path_buf();
+        self.http_port = free_port()?;
+        self.tcp_port = free_port()?;
+        while self.tcp_port == self.http_port {
+            self.tcp_port = free_port()?;
+        }
+        let config = root.join("config.xml");
+        std::fs::write(&config, render_config(&root, self.http_port, self.tcp_port))
+            .map_err(io(format!("writing {}", config.display())))?;
+        let users = root.join("users.xml");
+        std::fs::write(&users, USERS_TEMPLATE).map_err(io(format!("writing {}", users.display())))?;
+        Ok(())
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), DevChError> {
+        let root = self.dir.path().to_path_buf();
+        let log = root.join("log");
+        let stdout = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log.join("stdout.log"))
+            .map_err(io("opening log/stdout.log"))?;
+        let stderr = stdout.try_clone().map_err(io("duplicating the stdout log handle"))?;
+        let child = Command::new(&self.server.program)
+            .args(&self.server.args)
+            .arg(format!("--config-file={}", root.join("config.xml").display()))
+            .current_dir(&root)
+            .env("CLICKHOUSE_WATCHDOG_ENABLE", "0")
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0)
+            .spawn()
+            .map_err(io(format!("starting {}", self.server.program.display())))?;
+        self.child = Some(child);
+        match self.wait_ready(START_TIMEOUT) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.kill_and_reap();
+                Err(e)
+            }
+        }
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), DevChError> {
+        let started = Instant::now();
+        loop {
+            if ping(self.http_port) {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait().map_err(io("polling the server process"))?
+            {
+                self.child = None;
+                return Err(DevChError::Exited {
+                    status,
+                    log_dir: self.log_dir().display().to_string(),
+                    log_tail: self.log_tail(20),
+                });
+            }
+            if started.elapsed() >= timeout {
+                return Err(DevChError::Timeout {
+                    port: self.http_port,
+                    after: timeout,
+                    log_dir: self.log_dir().display().to_string(),
+                    log_tail: self.log_tail(20),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last `n` lines of the server's error log and stdout/stderr.
+    pub fn log_tail(&self, n: usize) -> String {
+        let mut out = String::new();
+        for name in ["clickhouse-server.err.log", "stdout.log"] {
+            let path = self.log_dir().join(name);
+            if let Some(text) = read_tail(&path, 64 * 1024) {
+                let lines: Vec<&str> = text.lines().collect();
+                let from = lines.len().saturating_sub(n);
+                out.push_str(&format!("--- {} ---\n", path.display()));
+                for line in &lines[from..] {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Directory with the server's logs.
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+
+    /// Directory with config, data and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// HTTP port.
+    pub fn http_port(&self) -> u16 {
+        self.http_port
+    }
+
+    /// Native-protocol port (for `clickhouse-client --port`).
+    pub fn tcp_port(&self) -> u16 {
+        self.tcp_port
+    }
+
+    /// PID of the server process (also its process group id), if running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// True while the server process is running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// SIGTERM to the server's process group, wait up to [`STOP_TIMEOUT`], then SIGKILL.
+    pub fn stop(&mut self) -> Result<(), DevChError> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        signal_group(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if child.try_wait().map_err(io("polling the server process"))?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal_group(child.id(), libc::SIGKILL);
+        child.wait().map_err(io("waiting for the killed server"))?;
+        Ok(())
+    }
+
+    /// SIGKILL the server (an outage); [`DevClickHouse::restart`] brings it back.
+    pub fn kill(&mut self) -> Result<(), DevChError> {
+        if let Some(mut child) = self.child.take() {
+            signal_group(child.id(), libc::SIGKILL);
+            child.wait().map_err(io("waiting for the killed server"))?;
+        }
+        Ok(())
+    }
+
+    fn kill_and_reap(&mut self) {
+        let _ = self.kill();
+    }
+
+    /// Starts the server again on the same ports and data directory (after `kill` or `stop`).
+    pub fn restart(&mut self) -> Result<(), DevChError> {
+        if self.is_running() {
+            return Err(DevChError::AlreadyRunning(self.pid().unwrap_or(0)));
+        }
+        self.spawn_and_wait()
+    }
+}
+
+impl Drop for DevClickHouse {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::warn!(error = %e, "stopping the dev ClickHouse failed");
+            self.kill_and_reap();
+        }
+    }
+}
+
+/// Sends `sig` to the process group led by `pid` (the server was spawned with `process_group(0)`).
+#[allow(unsafe_code)]
+fn signal_group(pid: u32, sig: libc::c_int) {
+    let Ok(pgid) = libc::pid_t::try_from(pid) else { return };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) takes plain integers and has no memory-safety preconditions; a negative pid
+    // addresses the process group we created for the server, never our own group.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// The last `max` bytes of a file, lossily decoded.
+fn read_tail(path: &Path, max: u64) -> Option<String> {
+    use std::io::{Seek as _, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(max))).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// One `GET /ping` over HTTP/1.0; true when the body is `Ok.`.
+fn ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut response = Vec::new();
+    if stream.read_to_end(&mut response).is_err() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&response);
+    text.starts_with("HTTP/1.")
+        && text.contains(" 200 ")
+        && text.split("\r\n\r\n").nth(1).map(str::trim) == Some("Ok.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_rendered_from_the_shared_template() {
+        let cfg = render_config(Path::new("/tmp/x&y"), 1234, 5678);
+        assert!(cfg.contains("<http_port>1234</http_port>"), "{cfg}");
+        assert!(cfg.contains("<tcp_port>5678</tcp_port>"), "{cfg}");
+        assert!(cfg.contains("<path>/tmp/x&amp;y/data/</path>"), "{cfg}");
+        assert!(!cfg.contains('@'), "{cfg}");
+    }
+
+    #[test]
+    fn ping_of_a_closed_port_is_false() {
+        let port = free_port().unwrap();
+        assert!(!ping(port));
+    }
+}

@@ -1,0 +1,139 @@
+//! [`ChConfig`]: how the collector reaches ClickHouse and how it batches inserts.
+//!
+//! Deserialised from the collector's TOML (`[clickhouse]` section); every field has a default
+//! (`url` defaults to a local server on port 8123) and unknown keys are rejected.
+
+use std::time::Duration;
+
+use oomlens_schema::ddl::Retention;
+use serde::Deserialize;
+
+/// ClickHouse connection and batching settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChConfig {
+    /// HTTP(S) URL of the server, e.g. `http://127.0.0.1:8123`.
+    pub url: String,
+    /// Database holding the oomlens tables (letters, digits, `_`).
+    pub database: String,
+    /// User.
+    pub user: String,
+    /// Password.
+    pub password: String,
+    /// Retention in days per table family (0: keep forever).
+    #[serde(with = "RetentionDef")]
+    pub retention: Retention,
+    /// Flush when this many rows (all tables together) are pending.
+    pub insert_max_rows: usize,
+    /// Flush at the latest this long after the first pending batch arrived, in ms.
+    pub insert_max_delay_ms: u64,
+    /// Batches that may wait for the writer before `store` blocks (backpressure).
+    pub queue_capacity: usize,
+    /// Timeout of one request (query or insert), in ms.
+    pub request_timeout_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(remote = "Retention", deny_unknown_fields)]
+struct RetentionDef {
+    #[serde(default = "default_samples_days")]
+    samples_days: u32,
+    #[serde(default = "default_events_days")]
+    events_days: u32,
+}
+
+fn default_samples_days() -> u32 {
+    Retention::default().samples_days
+}
+
+fn default_events_days() -> u32 {
+    Retention::default().events_days
+}
+
+impl Default for ChConfig {
+    fn default() -> Self {
+        ChConfig {
+            url: "http://127.0.0.1:8123".to_owned(),
+            database: "oomlens".to_owned(),
+            user: "default".to_owned(),
+            password: String::new(),
+            retention: Retention::default(),
+            insert_max_rows: 100_000,
+            insert_max_delay_ms: 250,
+            queue_capacity: 256,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl ChConfig {
+    /// Defaults with another URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        ChConfig { url: url.into(), ..ChConfig::default() }
+    }
+
+    /// [`Self::insert_max_delay_ms`] as a duration.
+    pub fn insert_max_delay(&self) -> Duration {
+        Duration::from_millis(self.insert_max_delay_ms)
+    }
+
+    /// [`Self::request_timeout_ms`] as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// Checks values that would otherwise fail late (or be spliced into DDL).
+    pub fn validate(&self) -> Result<(), String> {
+        if !is_identifier(&self.database) {
+            return Err(format!(
+                "clickhouse.database {:?} is not a plain identifier (letters, digits, '_', not starting with a digit)",
+                self.database
+            ));
+        }
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return Err(format!("clickhouse.url {:?} must start with http:// or https://", self.url));
+        }
+        if self.insert_max_rows == 0 || self.queue_capacity == 0 || self.request_timeout_ms == 0 {
+            return Err(
+                "clickhouse.insert_max_rows, queue_capacity and request_timeout_ms must be > 0".to_owned()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, at most 64 bytes: safe to splice into SQL unquoted.
+pub(crate) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let cfg: ChConfig = toml::from_str("url = 'http://h:1'\nretention = { samples_days = 7 }").unwrap();
+        assert_eq!(cfg.url, "http://h:1");
+        assert_eq!(cfg.database, "oomlens");
+        assert_eq!(cfg.retention, Retention { samples_days: 7, events_days: 365 });
+        assert_eq!(cfg.insert_max_delay(), Duration::from_millis(250));
+        assert!(cfg.validate().is_ok());
+        assert_eq!(toml::from_str::<ChConfig>("").unwrap(), ChConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        assert!(toml::from_str::<ChConfig>("urll = 'x'").is_err());
+        assert!(toml::from_str::<ChConfig>("retention = { days = 1 }").is_err());
+        let mut cfg = ChConfig { database: "a;DROP".into(), ..ChConfig::default() };
+        assert!(cfg.validate().is_err());
+        cfg.database = "ok_1".into();
+        cfg.url = "127.0.0.1:8123".into();
+        assert!(cfg.validate().is_err());
+        assert!(!is_identifier("1abc") && !is_identifier("") && is_identifier("_a1"));
+    }
+}
