@@ -43,7 +43,11 @@ case "$cmd" in
     cp "$here/clickhouse/dev-users.xml" "$dir/users.xml"
     echo "$http_port" > "$dir/http_port"
     # shellcheck disable=SC2086
-    (cd "$dir" && setsid $server --config-file="$dir/config.xml" >"$dir/log/stdout.log" 2>&1 & echo $! > "$dir/pid")
+    # Started directly in the background (no wrapper), so $! is the server's own pid.
+    cd "$dir"
+    nohup $server --config-file="$dir/config.xml" >"$dir/log/stdout.log" 2>&1 </dev/null &
+    echo $! > "$dir/pid"
+    cd - >/dev/null
     for _ in $(seq 1 300); do
       if [ "$(curl -fsS "http://127.0.0.1:$http_port/ping" 2>/dev/null)" = "Ok." ]; then
         echo "OOMLENS_CLICKHOUSE_URL=http://127.0.0.1:$http_port"

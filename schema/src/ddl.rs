@@ -82,8 +82,9 @@ pub struct ServerCaps {
 pub enum Engine {
     /// Append-only samples.
     MergeTree,
-    /// Rows with the same sort key collapse to one on merge (re-sent events, agent state).
-    ReplacingMergeTree,
+    /// Rows with the same sort key collapse to one on merge (re-sent events, agent state); the row
+    /// with the highest value of the version column wins (the last inserted without one).
+    ReplacingMergeTree(Option<&'static str>),
 }
 
 /// Everything needed to create one table.
@@ -134,8 +135,8 @@ pub fn tables() -> Vec<TableSpec> {
     vec![
         spec::<GpuSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms", Partition::Day),
         spec::<ProcessSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms, pid", Partition::Day),
-        spec::<OomEventRow>(Engine::ReplacingMergeTree, "cluster, ts_ms, node, event_id", Partition::Day),
-        spec::<AgentRow>(Engine::ReplacingMergeTree, "cluster, node, agent_id, boot_id", Partition::Month),
+        spec::<OomEventRow>(Engine::ReplacingMergeTree(None), "cluster, ts_ms, node, event_id", Partition::Day),
+        spec::<AgentRow>(Engine::ReplacingMergeTree(Some("last_seq")), "cluster, node, agent_id, boot_id", Partition::Month),
     ]
 }
 
@@ -169,8 +170,9 @@ impl TableSpec {
         }
         let _ = writeln!(sql, "    {}", ts_alias(caps));
         let engine = match self.engine {
-            Engine::MergeTree => "MergeTree()",
-            Engine::ReplacingMergeTree => "ReplacingMergeTree()",
+            Engine::MergeTree => "MergeTree()".to_owned(),
+            Engine::ReplacingMergeTree(None) => "ReplacingMergeTree()".to_owned(),
+            Engine::ReplacingMergeTree(Some(version)) => format!("ReplacingMergeTree({version})"),
         };
         let partition = match self.partition {
             Partition::Day => "toYYYYMMDD",
