@@ -13,3 +13,4 @@ pub mod sampler;
 pub mod sim;
 pub mod source;
 pub mod uplink;
+pub mod watchdog;
