@@ -172,8 +172,8 @@ pub struct AgentConfig {
 impl AgentConfig {
     /// Reads a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Self::parse(&text, path)
     }
 
@@ -208,7 +208,10 @@ impl AgentConfig {
         }
         for (what, v) in [("agent.node", &self.agent.node), ("agent.cluster", &self.agent.cluster)] {
             if v.len() > oomlens_schema::limits::MAX_STRING {
-                return Err(ConfigError::Invalid(format!("{what} is longer than {} bytes", oomlens_schema::limits::MAX_STRING)));
+                return Err(ConfigError::Invalid(format!(
+                    "{what} is longer than {} bytes",
+                    oomlens_schema::limits::MAX_STRING
+                )));
             }
         }
         Ok(self)
@@ -240,7 +243,10 @@ mod tests {
         assert!(!cfg.agent.node.is_empty());
         let err = AgentConfig::parse("[uplink]\ncolectors = []\n", Path::new("x.toml")).unwrap_err();
         assert!(err.to_string().contains("colectors"), "{err}");
-        let err = AgentConfig::parse("[source]\ninterval_ms = 0\n", Path::new("x.toml")).unwrap().finish().unwrap_err();
+        let err = AgentConfig::parse("[source]\ninterval_ms = 0\n", Path::new("x.toml"))
+            .unwrap()
+            .finish()
+            .unwrap_err();
         assert!(err.to_string().contains("interval_ms"), "{err}");
     }
 }

@@ -1,1 +1,148 @@
-fn main(){}
+//! `oomlens-agent`: the per-node agent binary.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use oomlens_agent::config::{AgentConfig, SourceKind};
+use oomlens_agent::nvml::{NvmlOptions, smoke_report};
+use oomlens_agent::runner::run_agent;
+
+/// oomlens agent: samples GPU memory (NVML or the simulator), catches OOMs and streams them to a
+/// collector over QUIC with mutual TLS.
+#[derive(Debug, Parser)]
+#[command(name = "oomlens-agent", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent.
+    Run(RunArgs),
+    /// Print the effective configuration (file + environment + flags) as TOML and exit.
+    PrintConfig(RunArgs),
+    /// Open NVML and print the driver, every GPU and one full reading (needs an NVIDIA driver).
+    NvmlSmoke,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// TOML configuration file.
+    #[arg(long, short, env = "OOMLENS_AGENT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Node name (default: host name). The collector trusts the certificate's CN instead.
+    #[arg(long, env = "OOMLENS_NODE")]
+    node: Option<String>,
+    /// Cluster name.
+    #[arg(long, env = "OOMLENS_CLUSTER")]
+    cluster: Option<String>,
+    /// Stable agent id (default: node name).
+    #[arg(long, env = "OOMLENS_AGENT_ID")]
+    agent_id: Option<String>,
+    /// Source of readings.
+    #[arg(long, value_enum, env = "OOMLENS_SOURCE")]
+    source: Option<SourceKind>,
+    /// Milliseconds between readings.
+    #[arg(long, env = "OOMLENS_INTERVAL_MS")]
+    interval_ms: Option<u64>,
+    /// Simulator: real-time multiplier.
+    #[arg(long, env = "OOMLENS_SPEED")]
+    speed: Option<f64>,
+    /// Simulator: stop after this many simulated seconds, deliver everything, exit.
+    #[arg(long, env = "OOMLENS_DURATION_S")]
+    duration_s: Option<u64>,
+    /// Simulator: first timestamp, Unix epoch ms (default: now).
+    #[arg(long, env = "OOMLENS_START_MS")]
+    start_ms: Option<i64>,
+    /// Simulator: number of GPUs.
+    #[arg(long, env = "OOMLENS_SIM_GPUS")]
+    sim_gpus: Option<u32>,
+    /// Simulator: seed.
+    #[arg(long, env = "OOMLENS_SIM_SEED")]
+    sim_seed: Option<u64>,
+    /// Simulator: directory for the simulated jobs' log files.
+    #[arg(long, env = "OOMLENS_SIM_LOG_DIR")]
+    sim_log_dir: Option<PathBuf>,
+    /// Collector endpoint host:port (repeat for fail-over).
+    #[arg(long = "collector", env = "OOMLENS_COLLECTORS", value_delimiter = ',')]
+    collectors: Vec<String>,
+    /// TLS name of the collector.
+    #[arg(long, env = "OOMLENS_SERVER_NAME")]
+    server_name: Option<String>,
+    /// CA certificate (PEM).
+    #[arg(long, env = "OOMLENS_CA")]
+    ca: Option<PathBuf>,
+    /// Agent certificate (PEM).
+    #[arg(long, env = "OOMLENS_CERT")]
+    cert: Option<PathBuf>,
+    /// Agent key (PEM).
+    #[arg(long, env = "OOMLENS_KEY")]
+    key: Option<PathBuf>,
+    /// Serve /metrics, /healthz, /readyz on this address.
+    #[arg(long, env = "OOMLENS_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Write what was sent (batches and rows per table) as JSON to this file on exit.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+impl RunArgs {
+    fn config(&self) -> anyhow::Result<AgentConfig> {
+        let mut cfg = match &self.config {
+            Some(path) => AgentConfig::load(path)?,
+            None => AgentConfig::default(),
+        };
+        macro_rules! set {
+            ($($field:ident => $target:expr),* $(,)?) => { $( if let Some(v) = &self.$field { $target = v.clone(); } )* };
+        }
+        set! {
+            node => cfg.agent.node, cluster => cfg.agent.cluster, agent_id => cfg.agent.agent_id,
+            source => cfg.source.kind, interval_ms => cfg.source.interval_ms, speed => cfg.source.speed,
+            duration_s => cfg.source.duration_s, start_ms => cfg.source.start_ms, sim_gpus => cfg.simulator.gpus, sim_seed => cfg.simulator.seed,
+            server_name => cfg.uplink.server_name, ca => cfg.uplink.ca, cert => cfg.uplink.cert, key => cfg.uplink.key,
+        }
+        if let Some(dir) = &self.sim_log_dir {
+            cfg.simulator.log_dir = Some(dir.clone());
+        }
+        if !self.collectors.is_empty() {
+            cfg.uplink.collectors = self.collectors.clone();
+        }
+        if let Some(addr) = self.metrics_listen {
+            cfg.telemetry.listen = Some(addr);
+        }
+        Ok(cfg.finish()?)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    oomlens_schema::telemetry::init_logging();
+    match cli.command {
+        Command::PrintConfig(args) => {
+            let cfg = args.config()?;
+            print!("{}", toml::to_string_pretty(&cfg).context("cannot render the configuration")?);
+        }
+        Command::NvmlSmoke => {
+            let report = tokio::task::spawn_blocking(|| smoke_report(NvmlOptions::default()))
+                .await
+                .context("NVML smoke test thread failed")??;
+            println!("{report}");
+        }
+        Command::Run(args) => {
+            let cfg = args.config()?;
+            let stop_rx = oomlens_schema::telemetry::stop_on_signal();
+            let totals = run_agent(cfg, stop_rx).await?;
+            if let Some(path) = &args.report {
+                let json = serde_json::to_string_pretty(&totals).context("cannot render the report")?;
+                std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            if totals.pending_batches > 0 {
+                anyhow::bail!("{} batches were not acknowledged before exit", totals.pending_batches);
+            }
+        }
+    }
+    Ok(())
+}

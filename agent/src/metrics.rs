@@ -70,7 +70,11 @@ impl AgentMetrics {
         r.register("gpu_samples", "GPU samples taken", m.gpu_samples.clone());
         r.register("process_samples", "Process samples taken", m.process_samples.clone());
         r.register("events", "Events detected by kind and source", m.events.clone());
-        r.register("missing_fields", "Readings that failed and were recorded as missing", m.missing_fields.clone());
+        r.register(
+            "missing_fields",
+            "Readings that failed and were recorded as missing",
+            m.missing_fields.clone(),
+        );
         r.register("timed_out_calls", "Driver calls that timed out", m.timed_out_calls.clone());
         r.register("batches_built", "Batches built", m.batches_built.clone());
         r.register("batches_sent", "Batch frames written (re-sends included)", m.batches_sent.clone());

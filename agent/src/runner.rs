@@ -122,7 +122,11 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let batcher = tokio::spawn(run_batcher(
         rx,
         handle.clone(),
-        BatcherConfig { flush_every: AgentConfig::ms(u.batch_interval_ms), max_rows: u.batch_max_rows, first_seq: 1 },
+        BatcherConfig {
+            flush_every: AgentConfig::ms(u.batch_interval_ms),
+            max_rows: u.batch_max_rows,
+            first_seq: 1,
+        },
         metrics.clone(),
     ));
 

@@ -146,6 +146,11 @@ fn record(m: &AgentMetrics, r: &Reading) {
     m.missing_fields.inc_by(u64::from(r.missing_fields));
     m.timed_out_calls.inc_by(u64::from(r.timed_out_calls));
     for e in &r.events {
-        m.events.get_or_create(&vec![("kind", e.kind.as_str().to_owned()), ("source", e.source.as_str().to_owned())]).inc();
+        m.events
+            .get_or_create(&vec![
+                ("kind", e.kind.as_str().to_owned()),
+                ("source", e.source.as_str().to_owned()),
+            ])
+            .inc();
     }
 }

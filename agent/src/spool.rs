@@ -102,7 +102,8 @@ impl MemorySpool {
 
     /// Strips the samples of the oldest batch that still has some. Returns false when none has.
     fn drop_oldest_samples(&mut self, dropped: &mut Dropped) -> Result<bool, FrameError> {
-        let Some(pos) = self.queue.iter().position(|b| b.rows.gpu_samples + b.rows.process_samples > 0) else {
+        let Some(pos) = self.queue.iter().position(|b| b.rows.gpu_samples + b.rows.process_samples > 0)
+        else {
             return Ok(false);
         };
         let old = &self.queue[pos];

@@ -173,7 +173,9 @@ impl UplinkHandle {
                 "spool full: dropped the oldest samples (events are kept)"
             );
             let m = &self.shared.metrics;
-            m.dropped_rows.get_or_create(&vec![("table", "gpu_samples".into())]).inc_by(dropped.rows.gpu_samples);
+            m.dropped_rows
+                .get_or_create(&vec![("table", "gpu_samples".into())])
+                .inc_by(dropped.rows.gpu_samples);
             m.dropped_rows
                 .get_or_create(&vec![("table", "process_samples".into())])
                 .inc_by(dropped.rows.process_samples);
@@ -336,8 +338,12 @@ impl Uplink {
             .map_err(|_| SessionError::Protocol("no Welcome within the connect timeout".to_owned()))??;
         let welcome = match welcome {
             Some(Frame::Welcome(w)) => w,
-            Some(Frame::Error(e)) => return Err(SessionError::Refused(format!("{} (code {})", e.message, e.code))),
-            Some(other) => return Err(SessionError::Protocol(format!("expected Welcome, got {:?}", other.kind()))),
+            Some(Frame::Error(e)) => {
+                return Err(SessionError::Refused(format!("{} (code {})", e.message, e.code)));
+            }
+            Some(other) => {
+                return Err(SessionError::Protocol(format!("expected Welcome, got {:?}", other.kind())));
+            }
             None => return Err(SessionError::Closed),
         };
         self.shared.metrics.connects.inc();
@@ -363,10 +369,13 @@ impl Uplink {
             }
         });
         let result = self.stream_batches(&mut send, &mut ack_rx, welcome.last_acked_seq).await;
-        reader.abort();
         if result.is_ok() {
+            // Finish our side and let the collector close the connection once it has seen the end
+            // of the stream, so neither side mistakes a clean end for a lost connection.
             let _ = send.finish();
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
         }
+        reader.abort();
         result
     }
 

@@ -1,1 +1,302 @@
-//! demo (in progress)
+//! `oomlens demo`: a whole fleet on one machine. Starts a throw-away ClickHouse, mints a dev PKI,
+//! runs a collector, launches one `oomlens-agent` process per simulated node (the simulator plays
+//! a few minutes of a GPU fleet, faster than real time), waits until every agent has delivered
+//! everything, then prints what landed: rows per table and every OOM event. Everything it started
+//! is stopped at the end, also on Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use oomlens_schema::ddl::Retention;
+use serde::Deserialize;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+use crate::certs::mint_dev_pki;
+use crate::clickhouse::ChConfig;
+use crate::config::CollectorConfig;
+use crate::devch::DevClickHouse;
+use crate::report::{EventLine, fetch_events, fetch_table_counts};
+use crate::service::{self, RunningCollector};
+
+/// Demo settings.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Simulated nodes (one agent process each).
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus: u32,
+    /// Simulated seconds to play.
+    pub duration_s: u64,
+    /// Real-time multiplier.
+    pub speed: f64,
+    /// Base seed (node i uses seed + i).
+    pub seed: u64,
+    /// The `oomlens-agent` binary.
+    pub agent_bin: PathBuf,
+    /// Keep the work directory (ClickHouse data, certificates, job logs) here instead of a temp dir.
+    pub keep_dir: Option<PathBuf>,
+}
+
+/// The demo failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Something it needed could not be started.
+    #[error("{what}: {reason}")]
+    Setup {
+        /// What.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An agent failed.
+    #[error("agent {node} failed: {reason}")]
+    Agent {
+        /// Node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// Interrupted by Ctrl-C.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+fn setup(what: &'static str) -> impl Fn(String) -> DemoError {
+    move |reason| DemoError::Setup { what, reason }
+}
+
+/// What an agent reports on exit (`oomlens-agent run --report`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct AgentTotals {
+    /// Batches pushed.
+    pub batches: u64,
+    /// Batches acknowledged.
+    pub acked_batches: u64,
+    /// GPU samples sent.
+    pub gpu_samples: u64,
+    /// Process samples sent.
+    pub process_samples: u64,
+    /// Events sent.
+    pub events: u64,
+}
+
+/// Everything the demo measured.
+#[derive(Debug, Clone)]
+pub struct DemoOutcome {
+    /// Rows per table in ClickHouse.
+    pub table_counts: Vec<(String, u64)>,
+    /// Sum of what the agents reported sending.
+    pub sent: AgentTotals,
+    /// The OOM events.
+    pub events: Vec<EventLine>,
+    /// Real time taken.
+    pub elapsed: Duration,
+}
+
+struct Agent {
+    node: String,
+    child: Child,
+    report: PathBuf,
+}
+
+/// Runs the demo; `stop` (Ctrl-C) interrupts it and everything is cleaned up.
+pub async fn run_demo(cfg: DemoConfig, mut stop: watch::Receiver<bool>) -> Result<DemoOutcome, DemoError> {
+    let started = Instant::now();
+    let temp;
+    let dir: PathBuf = match &cfg.keep_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| setup("work directory")(e.to_string()))?;
+            d.clone()
+        }
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("oomlens-demo-")
+                .tempdir()
+                .map_err(|e| setup("work directory")(e.to_string()))?;
+            temp.path().to_owned()
+        }
+    };
+    if !cfg.agent_bin.exists() {
+        return Err(setup("agent binary")(format!(
+            "{} not found (build it with `cargo build --release -p oomlens-agent`)",
+            cfg.agent_bin.display()
+        )));
+    }
+    eprintln!("• starting a throw-away ClickHouse …");
+    let mut ch = tokio::task::spawn_blocking({
+        let d = dir.join("clickhouse");
+        move || DevClickHouse::start_in(d)
+    })
+    .await
+    .map_err(|e| setup("ClickHouse")(e.to_string()))?
+    .map_err(|e| setup("ClickHouse")(e.to_string()))?;
+    eprintln!("  ClickHouse at {}", ch.url());
+
+    let result = run_with_clickhouse(&cfg, &dir, &ch, &mut stop, started).await;
+    let _ = tokio::task::spawn_blocking(move || ch.stop()).await;
+    if cfg.keep_dir.is_some() {
+        eprintln!("• work directory kept at {}", dir.display());
+    }
+    result
+}
+
+async fn run_with_clickhouse(
+    cfg: &DemoConfig,
+    dir: &Path,
+    ch: &DevClickHouse,
+    stop: &mut watch::Receiver<bool>,
+    started: Instant,
+) -> Result<DemoOutcome, DemoError> {
+    let nodes: Vec<String> = (1..=cfg.nodes).map(|i| format!("gpu-node-{i:02}")).collect();
+    let certs = dir.join("certs");
+    let pki = mint_dev_pki(&certs, &["localhost".to_owned(), "127.0.0.1".to_owned()], "demo", &nodes, 30)
+        .map_err(|e| setup("certificates")(e.to_string()))?;
+
+    let mut collector_cfg = CollectorConfig::default();
+    collector_cfg.collector.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    collector_cfg.collector.ca = pki.ca.clone();
+    collector_cfg.collector.cert = pki.collector.cert.clone();
+    collector_cfg.collector.key = pki.collector.key.clone();
+    collector_cfg.collector.collector_id = "demo-collector".to_owned();
+    collector_cfg.clickhouse = ChConfig {
+        url: ch.url(),
+        retention: Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    };
+    let collector_cfg = collector_cfg.finish().map_err(|e| setup("collector config")(e.to_string()))?;
+    let database = collector_cfg.clickhouse.database.clone();
+    let ch_cfg = collector_cfg.clickhouse.clone();
+    let collector =
+        service::start(collector_cfg, stop.clone()).await.map_err(|e| setup("collector")(e.to_string()))?;
+    eprintln!("• collector listening on {} (QUIC, mutual TLS)", collector.addr);
+
+    let outcome = run_fleet(cfg, dir, &pki, &nodes, &collector, stop).await;
+    let stats = collector.sink_stats.clone();
+    collector.shutdown().await;
+    let sent = outcome?;
+
+    let client = crate::clickhouse::Ch::connect(&ch_cfg).await.map_err(|e| setup("query")(e.to_string()))?;
+    let table_counts =
+        fetch_table_counts(client.client(), &database).await.map_err(|e| setup("query")(e.to_string()))?;
+    let events = fetch_events(client.client(), &database, 0, i64::MAX)
+        .await
+        .map_err(|e| setup("query")(e.to_string()))?;
+    let _ = stats;
+    Ok(DemoOutcome { table_counts, sent, events, elapsed: started.elapsed() })
+}
+
+async fn run_fleet(
+    cfg: &DemoConfig,
+    dir: &Path,
+    pki: &crate::certs::DevPki,
+    nodes: &[String],
+    collector: &RunningCollector,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<AgentTotals, DemoError> {
+    let start_ms = crate::clickhouse::sink::now_ms() - (cfg.duration_s as i64) * 1000;
+    let mut agents = Vec::with_capacity(nodes.len());
+    for (i, (node, files)) in pki.agents.iter().enumerate() {
+        let logs = dir.join("job-logs").join(node);
+        std::fs::create_dir_all(&logs).map_err(|e| setup("job log directory")(e.to_string()))?;
+        let report = dir.join(format!("agent-{node}.json"));
+        let agent_log = std::fs::File::create(dir.join(format!("agent-{node}.log")))
+            .map_err(|e| setup("agent log")(e.to_string()))?;
+        let child = Command::new(&cfg.agent_bin)
+            .arg("run")
+            .args(["--source", "simulator", "--node", node, "--cluster", "demo"])
+            .args(["--collector", &collector.addr.to_string(), "--server-name", "localhost"])
+            .arg("--ca")
+            .arg(&pki.ca)
+            .arg("--cert")
+            .arg(&files.cert)
+            .arg("--key")
+            .arg(&files.key)
+            .args(["--sim-gpus", &cfg.gpus.to_string(), "--sim-seed", &(cfg.seed + i as u64).to_string()])
+            .args(["--duration-s", &cfg.duration_s.to_string(), "--speed", &cfg.speed.to_string()])
+            .args(["--start-ms", &start_ms.to_string()])
+            .arg("--sim-log-dir")
+            .arg(&logs)
+            .arg("--report")
+            .arg(&report)
+            .env("OOMLENS_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(agent_log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| DemoError::Agent { node: node.clone(), reason: format!("cannot start: {e}") })?;
+        agents.push(Agent { node: node.clone(), child, report });
+    }
+    eprintln!(
+        "• {} agents × {} simulated GPUs, {} simulated seconds at {}× speed",
+        nodes.len(),
+        cfg.gpus,
+        cfg.duration_s,
+        cfg.speed
+    );
+
+    let bar = ProgressBar::new(cfg.duration_s);
+    bar.set_style(
+        ProgressStyle::with_template("  {spinner} [{bar:40}] {pos}/{len} sim s  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let begun = Instant::now();
+    let mut remaining = agents.len();
+    let mut done = vec![false; agents.len()];
+    let mut failure = None;
+    while remaining > 0 {
+        if *stop.borrow() {
+            bar.abandon_with_message("interrupted");
+            for a in &mut agents {
+                let _ = a.child.start_kill();
+            }
+            return Err(DemoError::Interrupted);
+        }
+        let sim = (begun.elapsed().as_secs_f64() * cfg.speed) as u64;
+        bar.set_position(sim.min(cfg.duration_s));
+        let rows = collector.sink_stats.rows_written.load(std::sync::atomic::Ordering::Relaxed);
+        bar.set_message(format!("{rows} rows stored"));
+        for (i, a) in agents.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            if let Ok(Some(status)) = a.child.try_wait() {
+                done[i] = true;
+                remaining -= 1;
+                if !status.success() && failure.is_none() {
+                    failure = Some(DemoError::Agent {
+                        node: a.node.clone(),
+                        reason: format!(
+                            "exited with {status}; see {}",
+                            dir.join(format!("agent-{}.log", a.node)).display()
+                        ),
+                    });
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    bar.finish_with_message("all agents delivered");
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    let mut total = AgentTotals::default();
+    for a in &agents {
+        let text = std::fs::read_to_string(&a.report)
+            .map_err(|e| DemoError::Agent { node: a.node.clone(), reason: format!("no report: {e}") })?;
+        let t: AgentTotals = serde_json::from_str(&text)
+            .map_err(|e| DemoError::Agent { node: a.node.clone(), reason: format!("bad report: {e}") })?;
+        total.batches += t.batches;
+        total.acked_batches += t.acked_batches;
+        total.gpu_samples += t.gpu_samples;
+        total.process_samples += t.process_samples;
+        total.events += t.events;
+    }
+    Ok(total)
+}

@@ -124,7 +124,11 @@ pub struct Server {
 
 impl Server {
     /// Loads the TLS material and binds the UDP socket.
-    pub fn bind(cfg: ServerConfig, sink: Sink, metrics: Arc<CollectorMetrics>) -> Result<Server, ServerError> {
+    pub fn bind(
+        cfg: ServerConfig,
+        sink: Sink,
+        metrics: Arc<CollectorMetrics>,
+    ) -> Result<Server, ServerError> {
         let server_config = oomlens_schema::tls::server_config(&cfg.tls, cfg.idle_timeout)?;
         let endpoint = quinn::Endpoint::server(server_config, cfg.listen)
             .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
@@ -140,7 +144,8 @@ impl Server {
     /// `ShuttingDown` and waits for the connection tasks.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let limit = Arc::new(Semaphore::new(self.cfg.max_connections.max(1)));
-        let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+        // Connection tasks live in a JoinSet: if this future is dropped (aborted), they go with it.
+        let mut tasks = tokio::task::JoinSet::new();
         info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
         loop {
             let incoming = tokio::select! {
@@ -148,7 +153,7 @@ impl Server {
                 _ = shutdown.changed() => break,
             };
             let Some(incoming) = incoming else { break };
-            tasks.retain(|t| !t.is_finished());
+            while tasks.try_join_next().is_some() {}
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 self.metrics.reject("too_many_connections");
                 incoming.refuse();
@@ -160,15 +165,13 @@ impl Server {
                 metrics: self.metrics.clone(),
                 shutdown: shutdown.clone(),
             };
-            tasks.push(tokio::spawn(async move {
+            tasks.spawn(async move {
                 ctx.handle(incoming).await;
                 drop(permit);
-            }));
+            });
         }
         self.endpoint.close((ErrorCode::ShuttingDown as u32).into(), b"collector shutting down");
-        for t in tasks {
-            let _ = t.await;
-        }
+        while tasks.join_next().await.is_some() {}
         self.endpoint.wait_idle().await;
     }
 }
@@ -224,7 +227,11 @@ impl SessionCtx {
         }
     }
 
-    async fn session(&mut self, conn: &quinn::Connection, cert: crate::certs::CertIdentity) -> Result<(), SessionError> {
+    async fn session(
+        &mut self,
+        conn: &quinn::Connection,
+        cert: crate::certs::CertIdentity,
+    ) -> Result<(), SessionError> {
         let (mut send, mut recv) = tokio::time::timeout(self.cfg.handshake_timeout, conn.accept_bi())
             .await
             .map_err(|_| SessionError::HelloTimeout)??;
@@ -235,7 +242,14 @@ impl SessionCtx {
             .map_err(|_| SessionError::HelloTimeout)?;
         let hello = match first {
             Ok(Some(Frame::Hello(h))) => h,
-            Ok(Some(other)) => return self.fail(&mut send, SessionError::Protocol(format!("expected Hello, got {}", other.kind().as_str()))).await,
+            Ok(Some(other)) => {
+                return self
+                    .fail(
+                        &mut send,
+                        SessionError::Protocol(format!("expected Hello, got {}", other.kind().as_str())),
+                    )
+                    .await;
+            }
             Ok(None) => return Ok(()),
             Err(e) => return self.fail(&mut send, SessionError::BadFrame(e)).await,
         };
@@ -245,7 +259,8 @@ impl SessionCtx {
             Ok(seq) => seq,
             Err(e) => return self.fail(&mut send, SessionError::Storage(e)).await,
         };
-        let welcome = Frame::Welcome(Welcome { collector_id: self.cfg.collector_id.clone(), last_acked_seq: last });
+        let welcome =
+            Frame::Welcome(Welcome { collector_id: self.cfg.collector_id.clone(), last_acked_seq: last });
         write_frame(&mut send, &welcome, &mut out).await.map_err(SessionError::Write)?;
         self.metrics.sessions.inc();
         info!(cluster = %identity.cluster, node = %identity.node, agent_id = %identity.agent_id, boot_id = identity.boot_id, last_acked_seq = last, "agent connected");
@@ -270,7 +285,8 @@ impl SessionCtx {
     ) -> Result<(), SessionError> {
         // Frames are read on their own task: `read_frame` is not cancel-safe, and the select below
         // must not drop half a frame when a store completes first.
-        let (frame_tx, mut frames) = tokio::sync::mpsc::channel::<Result<Option<(Frame, usize)>, TransportError>>(4);
+        let (frame_tx, mut frames) =
+            tokio::sync::mpsc::channel::<Result<Option<(Frame, usize)>, TransportError>>(4);
         let reader = tokio::spawn(async move {
             let mut buf = Vec::new();
             loop {

@@ -57,7 +57,11 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.ready.get() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
+    if state.ready.get() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
 }
 
 /// Binds `addr` and serves the endpoint until the returned task is aborted.
@@ -85,8 +89,13 @@ pub async fn serve(
 /// Logs to stderr; the filter comes from `OOMLENS_LOG` (e.g. `debug`, `oomlens_collector=debug`),
 /// default `info`.
 pub fn init_logging() {
+    init_logging_with_default("info");
+}
+
+/// Like [`init_logging`] with another default filter (e.g. `warn` for interactive commands).
+pub fn init_logging_with_default(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OOMLENS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

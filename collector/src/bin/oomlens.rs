@@ -1,1 +1,95 @@
-fn main(){}
+//! `oomlens`: the human CLI — the demo and the built-in queries.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use oomlens_collector::cli::ChArgs;
+use oomlens_collector::demo::{DemoConfig, run_demo};
+use oomlens_collector::report::print_demo_outcome;
+use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
+
+/// oomlens: understand the out-of-memory failures of a GPU fleet.
+#[derive(Debug, Parser)]
+#[command(name = "oomlens", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a simulated fleet end to end (local ClickHouse, collector, agents) and show what landed.
+    Demo(DemoArgs),
+    /// Run a built-in query (see `oomlens sql --list`) and print its rows as TSV.
+    Sql(SqlArgs),
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Simulated nodes (one agent process each).
+    #[arg(long, default_value_t = 4)]
+    nodes: u32,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    gpus: u32,
+    /// Simulated seconds to play.
+    #[arg(long, default_value_t = 300)]
+    duration_s: u64,
+    /// Real-time multiplier of the simulation.
+    #[arg(long, default_value_t = 20.0)]
+    speed: f64,
+    /// Base seed of the simulation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Path of the oomlens-agent binary (default: next to this binary).
+    #[arg(long)]
+    agent_bin: Option<PathBuf>,
+    /// Keep ClickHouse data, certificates and job logs in this directory.
+    #[arg(long)]
+    keep: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SqlArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// List the built-in queries and their parameters.
+    #[arg(long)]
+    list: bool,
+    /// Query name.
+    name: Option<String>,
+    /// Parameters in header order, as `name=value`.
+    params: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging_with_default("warn");
+    match cli.command {
+        Command::Demo(a) => {
+            let agent_bin = match a.agent_bin {
+                Some(p) => p,
+                None => std::env::current_exe()
+                    .context("cannot locate this executable")?
+                    .with_file_name("oomlens-agent"),
+            };
+            let cfg = DemoConfig {
+                nodes: a.nodes,
+                gpus: a.gpus,
+                duration_s: a.duration_s,
+                speed: a.speed,
+                seed: a.seed,
+                agent_bin,
+                keep_dir: a.keep,
+            };
+            let outcome = run_demo(cfg, stop_on_signal()).await?;
+            print_demo_outcome(&outcome, &mut std::io::stdout()).context("cannot print the outcome")?;
+            Ok(())
+        }
+        Command::Sql(a) => {
+            oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Shared set-up of the collector's integration tests: a dev PKI, a real ClickHouse, an in-process
+//! collector and in-process agents running the simulator.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use oomlens_agent::config::{AgentConfig, SourceKind};
+use oomlens_agent::runner::run_agent;
+use oomlens_agent::uplink::UplinkTotals;
+use oomlens_collector::certs::{DevPki, mint_dev_pki};
+use oomlens_collector::clickhouse::ChConfig;
+use oomlens_collector::config::CollectorConfig;
+use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::service::{self, RunningCollector};
+use tokio::sync::watch;
+
+pub const CLUSTER: &str = "test";
+
+pub fn pki(dir: &Path, nodes: &[&str]) -> DevPki {
+    let nodes: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
+    mint_dev_pki(dir, &["localhost".to_owned()], CLUSTER, &nodes, 2).unwrap()
+}
+
+pub fn start_clickhouse() -> DevClickHouse {
+    DevClickHouse::start().unwrap_or_else(|e| panic!("cannot start ClickHouse: {e}"))
+}
+
+pub fn collector_config(pki: &DevPki, ch_url: &str, listen: SocketAddr) -> CollectorConfig {
+    let mut cfg = CollectorConfig::default();
+    cfg.collector.listen = listen;
+    cfg.collector.ca = pki.ca.clone();
+    cfg.collector.cert = pki.collector.cert.clone();
+    cfg.collector.key = pki.collector.key.clone();
+    cfg.collector.collector_id = "test-collector".into();
+    cfg.collector.idle_timeout_ms = 3000;
+    // Keep everything: the simulated time of the tests lies further back than the default retention,
+    // and servers without TTL would have their old day partitions dropped at collector start.
+    cfg.clickhouse = ChConfig {
+        url: ch_url.to_owned(),
+        insert_max_delay_ms: 50,
+        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    };
+    cfg.finish().unwrap()
+}
+
+pub async fn start_collector(cfg: CollectorConfig) -> (RunningCollector, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let c = service::start(cfg, rx).await.unwrap();
+    (c, tx)
+}
+
+/// An agent config for `node` of `pki`, running the simulator for `duration_s` simulated seconds.
+pub fn agent_config(
+    pki: &DevPki,
+    node: &str,
+    collector: SocketAddr,
+    seed: u64,
+    duration_s: u64,
+    speed: f64,
+) -> AgentConfig {
+    let files = &pki.agents.iter().find(|(n, _)| n == node).unwrap().1;
+    let mut cfg = AgentConfig::default();
+    cfg.agent.node = node.to_owned();
+    cfg.agent.cluster = CLUSTER.to_owned();
+    cfg.source.kind = SourceKind::Simulator;
+    cfg.source.interval_ms = 1000;
+    cfg.source.speed = speed;
+    cfg.source.duration_s = duration_s;
+    cfg.source.start_ms = START_MS;
+    cfg.simulator.gpus = 4;
+    cfg.simulator.seed = seed;
+    cfg.uplink.collectors = vec![collector.to_string()];
+    cfg.uplink.server_name = "localhost".into();
+    cfg.uplink.ca = pki.ca.clone();
+    cfg.uplink.cert = files.cert.clone();
+    cfg.uplink.key = files.key.clone();
+    cfg.uplink.batch_interval_ms = 100;
+    cfg.uplink.idle_timeout_ms = 3000;
+    cfg.uplink.backoff_max_ms = 500;
+    cfg.uplink.drain_timeout_ms = 60_000;
+    cfg.finish().unwrap()
+}
+
+/// A fixed simulated start (2026-01-01T00:00:00Z) so expected events can be replayed.
+pub const START_MS: i64 = 1_767_225_600_000;
+
+pub fn spawn_agent(cfg: AgentConfig) -> tokio::task::JoinHandle<UplinkTotals> {
+    tokio::spawn(async move {
+        let (_tx, rx) = watch::channel(false);
+        let totals = run_agent(cfg, rx).await.unwrap();
+        drop(_tx);
+        totals
+    })
+}
+
+/// `SELECT count() …` as u64.
+pub async fn count(ch: &clickhouse::Client, sql: &str) -> u64 {
+    ch.query(sql).fetch_one::<u64>().await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+pub fn client(url: &str) -> clickhouse::Client {
+    clickhouse::Client::default().with_url(url).with_validation(false)
+}
+
+pub async fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f()
+}
