@@ -16,4 +16,5 @@ pub mod demo;
 pub mod devch;
 pub mod identity;
 pub mod metrics;
+pub mod queries;
 pub mod server;

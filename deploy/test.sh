@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The oomlens test command: set up what is missing (idempotent), then run every test.
+#
+#   ./deploy/test.sh
+#
+# 1. ClickHouse server binary: Debian/Ubuntu's `clickhouse-server` (18.16) via apt when neither
+#    `clickhouse` nor `clickhouse-server` exists (with sudo when not root; the system service is
+#    not started — every test starts its own throw-away server). Also curl and tzdata.
+# 2. .venv with chdb-core (ClickHouse 26.x in-process) for the modern-engine check.
+# 3. cargo build --workspace --all-targets.
+# 4. Rust tests: cargo nextest (if installed) or cargo test.
+# 5. The portability check (deploy/sqlcheck): every built-in query (collector/sql) over the
+#    fixtures on a throw-away 18.16 server and on chdb-core; the answers must match.
+#
+# Exits non-zero if anything fails. Environment: PYTHON (default python3), OOMLENS_SKIP_RUST_TESTS=1
+# to run only the SQL check.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH="$PATH:/usr/sbin:/sbin"
+python=${PYTHON:-python3}
+venv="$root/.venv"
+failures=()
+
+section() { printf '\n=== %s\n' "$*"; section_start=$SECONDS; }
+done_section() { printf -- '--- %s: %ss\n' "$1" "$((SECONDS - section_start))"; }
+
+sudo_cmd() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+have_server() {
+  command -v clickhouse >/dev/null 2>&1 || command -v clickhouse-server >/dev/null 2>&1 \
+    || [ -x /usr/sbin/clickhouse-server ]
+}
+
+# apt-get install without starting any service the packages ship (policy-rc.d denies it).
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "apt-get not found: install $* yourself" >&2
+    return 1
+  fi
+  local policy=/usr/sbin/policy-rc.d added=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | sudo_cmd tee "$policy" >/dev/null
+    sudo_cmd chmod 755 "$policy"
+    added=1
+  fi
+  local rc=0
+  sudo_cmd apt-get update -qq && sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" || rc=$?
+  if [ "$added" = 1 ]; then sudo_cmd rm -f "$policy"; fi
+  return "$rc"
+}
+
+section "set-up"
+missing=()
+have_server || missing+=(clickhouse-server clickhouse-client)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+[ -e /usr/share/zoneinfo/UTC ] || missing+=(tzdata)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  apt_install "${missing[@]}"
+fi
+have_server || { echo "still no ClickHouse server binary after installing" >&2; exit 1; }
+
+if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import chdb' >/dev/null 2>&1; then
+  echo "creating $venv with chdb-core"
+  if ! [ -x "$venv/bin/python" ]; then
+    if ! "$python" -m venv "$venv"; then
+      # Debian's own python3 needs python3-venv for this.
+      rm -rf "$venv"
+      apt_install python3-venv
+      "$python" -m venv "$venv"
+    fi
+  fi
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check chdb-core
+fi
+"$venv/bin/python" -c 'import chdb; print("chdb-core", chdb.__version__)'
+done_section "set-up"
+
+section "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+done_section "build"
+
+if [ "${OOMLENS_SKIP_RUST_TESTS:-0}" != 1 ]; then
+  if cargo nextest --version >/dev/null 2>&1; then
+    section "cargo nextest run --workspace --no-fail-fast"
+    cargo nextest run --workspace --no-fail-fast || failures+=("rust tests")
+  else
+    section "cargo test --workspace (cargo-nextest not installed)"
+    cargo test --workspace --no-fail-fast || failures+=("rust tests")
+  fi
+  done_section "rust tests"
+fi
+
+section "SQL portability check: ClickHouse 18.16 vs chdb-core"
+work=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-test.XXXXXX")
+cleanup() {
+  "$root/deploy/dev-clickhouse.sh" stop "$work/clickhouse" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# Output to a file, not a pipe: the server's parent shell keeps the start script's stdout open.
+"$root/deploy/dev-clickhouse.sh" start "$work/clickhouse" >"$work/clickhouse.env"
+url=$(sed -n 's/^OOMLENS_CLICKHOUSE_URL=//p' "$work/clickhouse.env")
+[ -n "$url" ] || { echo "dev-clickhouse.sh printed no URL" >&2; exit 1; }
+print_ddl() {
+  # The example was just built by `cargo build --workspace --all-targets` (features unified, so
+  # `clickhouse` is on); running it directly avoids a rebuild with other feature sets.
+  local bin="${CARGO_TARGET_DIR:-$root/target}/debug/examples/print_ddl"
+  if [ -x "$bin" ]; then
+    "$bin" "$@"
+  else
+    cargo run -q -p oomlens-schema --features clickhouse --example print_ddl -- "$@"
+  fi
+}
+print_ddl 26.9.1 >"$work/ddl-modern.sql"
+print_ddl 18.16.1 >"$work/ddl-old.sql"
+"$venv/bin/python" "$root/deploy/sqlcheck/check_sql.py" \
+  --ddl-modern "$work/ddl-modern.sql" --ddl-old "$work/ddl-old.sql" \
+  --fixtures "$root/collector/tests/fixtures/sql" --queries "$root/collector/sql" \
+  --clickhouse-url "$url" || failures+=("SQL portability check")
+done_section "SQL check"
+
+echo
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "FAILED: ${failures[*]}"
+  exit 1
+fi
+echo "all tests passed"
