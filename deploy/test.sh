@@ -107,13 +107,12 @@ trap 'exit 130' INT TERM
 url=$(sed -n 's/^OOMLENS_CLICKHOUSE_URL=//p' "$work/clickhouse.env")
 [ -n "$url" ] || { echo "dev-clickhouse.sh printed no URL" >&2; exit 1; }
 print_ddl() {
-  # The example was just built by `cargo build --workspace --all-targets` (features unified, so
-  # `clickhouse` is on); running it directly avoids a rebuild with other feature sets.
-  local bin="${CARGO_TARGET_DIR:-$root/target}/debug/examples/print_ddl"
+  # The DDL exactly as the collector renders it for a server version (built just above).
+  local bin="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-collector"
   if [ -x "$bin" ]; then
-    "$bin" "$@"
+    "$bin" ddl --server-version "$1"
   else
-    cargo run -q -p oomlens-schema --features clickhouse --example print_ddl -- "$@"
+    cargo run -q -p oomlens-collector --bin oomlens-collector -- ddl --server-version "$1"
   fi
 }
 print_ddl 26.9.1 >"$work/ddl-modern.sql"

@@ -4,12 +4,16 @@
 //! * [`clickhouse`] — client, version detection, migrations, schema check, batched sink, retention.
 //! * [`devch`] — a throw-away local ClickHouse server (tests, demo, benches).
 //! * [`server`] — the QUIC server: sessions, validation, ack-after-insert.
+//! * [`service`] — a whole collector: ClickHouse (with retry), migrations, sink, server, telemetry.
 //! * [`certs`] — dev PKI minting (CA, collector and agent certificates).
+//! * [`cli`] — command-line flags shared by the binaries.
 //! * [`config`] — TOML configuration with CLI/env overrides.
 //! * [`metrics`] — Prometheus `/metrics`.
+//! * [`report`] — running the built-in queries and rendering them (`oomlens sql`, the demo report).
 //! * [`demo`] — `oomlens demo`.
 
 pub mod certs;
+pub mod cli;
 pub mod clickhouse;
 pub mod config;
 pub mod demo;
@@ -17,4 +21,6 @@ pub mod devch;
 pub mod identity;
 pub mod metrics;
 pub mod queries;
+pub mod report;
 pub mod server;
+pub mod service;

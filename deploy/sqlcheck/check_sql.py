@@ -5,8 +5,8 @@ compares the answers row by row.
 
     check_sql.py --ddl-modern FILE --ddl-old FILE --fixtures DIR --queries DIR [--clickhouse-url URL]
 
-* --ddl-modern: DDL rendered for a modern server (`print_ddl -- 26.9.1`), run in chdb-core.
-* --ddl-old:    DDL rendered for the server behind --clickhouse-url (`print_ddl -- 18.16.1`).
+* --ddl-modern: DDL rendered for a modern server (`oomlens-collector ddl --server-version 26.9.1`), run in chdb-core.
+* --ddl-old:    DDL rendered for the server behind --clickhouse-url (`oomlens-collector ddl --server-version 18.16.1`).
   Statements are separated by ";\\n" and create tables in the database `oomlens`.
 * --fixtures:   one `<table>.jsonl` (JSONEachRow) per table.
 * --queries:    the built-in `*.sql` files with their `-- name/description/param` header.
