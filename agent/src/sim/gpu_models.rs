@@ -1,0 +1,146 @@
+//! The GPU catalog: marketing names, NVML memory totals, driver-reserved memory and the power,
+//! clock and thermal envelope of every simulated GPU model.
+//!
+//! Memory figures follow what real drivers report: NVML `total` (e.g. 81559 MiB for an H100 80GB),
+//! of which the driver keeps a few hundred MiB (`reserved`) that CUDA never hands out, so the
+//! capacity PyTorch sees (`cudaMemGetInfo` total, printed as "total capacity") is `total − reserved`
+//! — 79.11 GiB on an H100 80GB, 79.15 GiB on an A100 80GB, as in real OOM messages.
+
+const MIB: u64 = 1024 * 1024;
+
+/// One simulated GPU model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuModel {
+    /// Name used in [`super::SimConfig::gpu_models`], e.g. `H100-80GB`.
+    pub key: &'static str,
+    /// NVML marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: &'static str,
+    /// NVML total framebuffer memory, MiB.
+    pub total_mib: u64,
+    /// Memory the driver reserves (never available to CUDA), MiB.
+    pub driver_reserved_mib: u64,
+    /// Board power limit, watts.
+    pub tdp_w: u32,
+    /// Idle power, watts.
+    pub idle_w: u32,
+    /// Maximum SM clock, MHz.
+    pub max_sm_mhz: u32,
+    /// Idle SM clock, MHz.
+    pub idle_sm_mhz: u32,
+    /// Memory clock, MHz.
+    pub mem_mhz: u32,
+}
+
+impl GpuModel {
+    /// NVML total memory, bytes.
+    pub const fn total_bytes(&self) -> u64 {
+        self.total_mib * MIB
+    }
+
+    /// Driver-reserved memory, bytes.
+    pub const fn driver_reserved_bytes(&self) -> u64 {
+        self.driver_reserved_mib * MIB
+    }
+
+    /// Capacity as CUDA / PyTorch see it (`total − driver reserved`), bytes.
+    pub const fn capacity_bytes(&self) -> u64 {
+        self.total_bytes() - self.driver_reserved_bytes()
+    }
+}
+
+/// Every supported model.
+pub const GPU_MODELS: &[GpuModel] = &[
+    GpuModel {
+        key: "A10-24GB",
+        name: "NVIDIA A10",
+        total_mib: 23_028,
+        driver_reserved_mib: 305,
+        tdp_w: 150,
+        idle_w: 16,
+        max_sm_mhz: 1695,
+        idle_sm_mhz: 210,
+        mem_mhz: 6251,
+    },
+    GpuModel {
+        key: "A100-40GB",
+        name: "NVIDIA A100-SXM4-40GB",
+        total_mib: 40_960,
+        driver_reserved_mib: 621,
+        tdp_w: 400,
+        idle_w: 52,
+        max_sm_mhz: 1410,
+        idle_sm_mhz: 210,
+        mem_mhz: 1215,
+    },
+    GpuModel {
+        key: "A100-80GB",
+        name: "NVIDIA A100-SXM4-80GB",
+        total_mib: 81_920,
+        driver_reserved_mib: 870,
+        tdp_w: 400,
+        idle_w: 60,
+        max_sm_mhz: 1410,
+        idle_sm_mhz: 210,
+        mem_mhz: 1593,
+    },
+    GpuModel {
+        key: "H100-80GB",
+        name: "NVIDIA H100 80GB HBM3",
+        total_mib: 81_559,
+        driver_reserved_mib: 551,
+        tdp_w: 700,
+        idle_w: 72,
+        max_sm_mhz: 1980,
+        idle_sm_mhz: 345,
+        mem_mhz: 2619,
+    },
+    GpuModel {
+        key: "H200-141GB",
+        name: "NVIDIA H200",
+        total_mib: 143_771,
+        driver_reserved_mib: 600,
+        tdp_w: 700,
+        idle_w: 78,
+        max_sm_mhz: 1980,
+        idle_sm_mhz: 345,
+        mem_mhz: 3201,
+    },
+];
+
+/// Looks a model up by its key (case-insensitive).
+pub fn lookup(key: &str) -> Option<&'static GpuModel> {
+    GPU_MODELS.iter().find(|m| m.key.eq_ignore_ascii_case(key.trim()))
+}
+
+/// The supported keys, comma-separated (for error messages).
+pub fn supported() -> String {
+    GPU_MODELS.iter().map(|m| m.key).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacities_look_like_real_drivers() {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let h100 = lookup("h100-80gb").unwrap();
+        assert_eq!(h100.total_mib, 81_559);
+        assert!((gib(h100.capacity_bytes()) - 79.11).abs() < 0.01);
+        let a100 = lookup("A100-80GB").unwrap();
+        assert!((gib(a100.capacity_bytes()) - 79.15).abs() < 0.01);
+        for (key, nominal) in [
+            ("A10-24GB", 24.0),
+            ("A100-40GB", 40.0),
+            ("A100-80GB", 80.0),
+            ("H100-80GB", 80.0),
+            ("H200-141GB", 141.0),
+        ] {
+            let m = lookup(key).unwrap();
+            let total_gb = m.total_bytes() as f64 / 1e9;
+            assert!((total_gb / nominal - 1.0).abs() < 0.08, "{key}: {total_gb} GB");
+        }
+        assert!(lookup("V100").is_none());
+        assert!(supported().contains("H200-141GB"));
+    }
+}
