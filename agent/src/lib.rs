@@ -2,15 +2,19 @@
 //!
 //! * [`source`] — the `Source` trait; [`nvml`] (real GPUs) and [`sim`] (the fleet simulator).
 //! * [`sampler`] — runs a source on its own thread at a fixed interval, builds batches.
+//! * [`spool`] — batches kept until acknowledged (in memory; the seam for the disk spool).
 //! * [`uplink`] — the QUIC client: Hello/Welcome, batches, acks, reconnect and resend.
+//! * [`runner`] — wires a whole agent together (used by `oomlens-agent run` and the tests).
 //! * [`config`] — TOML configuration with CLI/env overrides.
 //! * [`metrics`] — Prometheus `/metrics`.
 
 pub mod config;
 pub mod metrics;
 pub mod nvml;
+pub mod runner;
 pub mod sampler;
 pub mod sim;
 pub mod source;
+pub mod spool;
 pub mod uplink;
 pub mod watchdog;
