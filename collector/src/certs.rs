@@ -10,7 +10,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -195,7 +196,8 @@ pub fn mint_dev_pki(
 ) -> Result<DevPki, CertError> {
     let ca_cert = dir.join("ca.pem");
     let ca_key = dir.join("ca.key");
-    let read = |p: &Path| fs::read_to_string(p).map_err(|source| CertError::Io { path: p.to_owned(), source });
+    let read =
+        |p: &Path| fs::read_to_string(p).map_err(|source| CertError::Io { path: p.to_owned(), source });
     let ca = if ca_cert.exists() && ca_key.exists() {
         DevCa::load(&read(&ca_cert)?, &read(&ca_key)?)?
     } else {
@@ -256,7 +258,8 @@ mod tests {
     #[test]
     fn minted_agent_cert_carries_node_and_cluster() {
         let dir = tempfile::tempdir().unwrap();
-        let pki = mint_dev_pki(dir.path(), &["localhost".into()], "prod-a", &["gpu-node-1".into()], 30).unwrap();
+        let pki =
+            mint_dev_pki(dir.path(), &["localhost".into()], "prod-a", &["gpu-node-1".into()], 30).unwrap();
         let pem = fs::read(&pki.agents[0].1.cert).unwrap();
         let der = CertificateDer::from_pem_slice(&pem).unwrap();
         let id = identity_from_der(&der).unwrap();

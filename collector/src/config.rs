@@ -98,9 +98,10 @@ pub struct CollectorConfig {
 impl CollectorConfig {
     /// Reads a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
     }
 
     /// Fills derived defaults and checks ranges.

@@ -54,7 +54,11 @@ impl CollectorMetrics {
         r.register("frames_in", "Frames received by kind", m.frames_in.clone());
         r.register("bytes_in", "Frame bytes received", m.bytes_in.clone());
         r.register("rejects", "Refused connections and frames by reason", m.rejects.clone());
-        r.register("duplicate_batches", "Re-sent batches acknowledged without a second insert", m.duplicate_batches.clone());
+        r.register(
+            "duplicate_batches",
+            "Re-sent batches acknowledged without a second insert",
+            m.duplicate_batches.clone(),
+        );
         r.register("ack_latency_seconds", "Batch received to acknowledged", m.ack_latency_seconds.clone());
         if let Some(stats) = sink {
             r.register_collector(Box::new(SinkCollector(stats)));
@@ -89,16 +93,41 @@ impl Collector for SinkCollector {
         counter(&mut enc, "batches_in", "Batches handed to the ClickHouse writer", get(&s.batches_in))?;
         counter(&mut enc, "batches_stored", "Batches stored in ClickHouse", get(&s.batches_stored))?;
         counter(&mut enc, "gpu_sample_rows_in", "gpu_samples rows received", get(&s.gpu_rows_in))?;
-        counter(&mut enc, "process_sample_rows_in", "process_samples rows received", get(&s.process_rows_in))?;
+        counter(
+            &mut enc,
+            "process_sample_rows_in",
+            "process_samples rows received",
+            get(&s.process_rows_in),
+        )?;
         counter(&mut enc, "event_rows_in", "oom_events rows received", get(&s.event_rows_in))?;
         counter(&mut enc, "rows_written", "Rows written to ClickHouse (all tables)", get(&s.rows_written))?;
         counter(&mut enc, "insert_flushes", "Insert flushes completed", get(&s.insert_batches))?;
-        counter(&mut enc, "clickhouse_errors", "Failed ClickHouse inserts (each retried)", get(&s.insert_errors))?;
-        counter(&mut enc, "insert_latency_microseconds_sum", "Sum of insert latencies", get(&s.insert_latency_us_sum))?;
+        counter(
+            &mut enc,
+            "clickhouse_errors",
+            "Failed ClickHouse inserts (each retried)",
+            get(&s.insert_errors),
+        )?;
+        counter(
+            &mut enc,
+            "insert_latency_microseconds_sum",
+            "Sum of insert latencies",
+            get(&s.insert_latency_us_sum),
+        )?;
         counter(&mut enc, "insert_latency_count", "Inserts timed", get(&s.insert_latency_count))?;
-        gauge(&mut enc, "insert_latency_microseconds_max", "Slowest insert", get(&s.insert_latency_us_max) as i64)?;
+        gauge(
+            &mut enc,
+            "insert_latency_microseconds_max",
+            "Slowest insert",
+            get(&s.insert_latency_us_max) as i64,
+        )?;
         gauge(&mut enc, "queue_depth", "Batches waiting for the writer", get(&s.queue_depth) as i64)?;
-        gauge(&mut enc, "pending_batches", "Batches taken by the writer, not yet stored", get(&s.pending_batches) as i64)?;
+        gauge(
+            &mut enc,
+            "pending_batches",
+            "Batches taken by the writer, not yet stored",
+            get(&s.pending_batches) as i64,
+        )?;
         Ok(())
     }
 }

@@ -41,13 +41,18 @@ pub enum ServiceError {
 
 /// Connects to ClickHouse, retrying with back-off (logging each failure clearly) until it answers
 /// or `stop` turns true. Configuration errors are not retried.
-pub async fn connect_with_retry(cfg: &ChConfig, stop: &mut watch::Receiver<bool>) -> Result<Ch, ServiceError> {
+pub async fn connect_with_retry(
+    cfg: &ChConfig,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Ch, ServiceError> {
     let mut delay = Duration::from_millis(200);
     loop {
         match Ch::connect(cfg).await {
             Ok(ch) => return Ok(ch),
             Err(e @ ChError::InvalidConfig(_)) => return Err(e.into()),
-            Err(e) => error!(error = %e, retry_in_ms = delay.as_millis() as u64, "ClickHouse is not reachable; retrying"),
+            Err(e) => {
+                error!(error = %e, retry_in_ms = delay.as_millis() as u64, "ClickHouse is not reachable; retrying")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -103,7 +108,10 @@ impl RunningCollector {
 }
 
 /// Starts a collector. Waits (retrying) for ClickHouse; `stop` aborts that wait.
-pub async fn start(cfg: CollectorConfig, mut stop: watch::Receiver<bool>) -> Result<RunningCollector, ServiceError> {
+pub async fn start(
+    cfg: CollectorConfig,
+    mut stop: watch::Receiver<bool>,
+) -> Result<RunningCollector, ServiceError> {
     let ch = connect_with_retry(&cfg.clickhouse, &mut stop).await?;
     let report = ch.migrate().await?;
     info!(?report, "schema ready");
@@ -127,9 +135,19 @@ pub async fn start(cfg: CollectorConfig, mut stop: watch::Receiver<bool>) -> Res
         None => None,
     };
     let server = Server::bind(cfg.server(), sink, metrics.clone())?;
-    let addr = server.local_addr().map_err(|source| ServerError::Bind { addr: cfg.collector.listen, source })?;
+    let addr =
+        server.local_addr().map_err(|source| ServerError::Bind { addr: cfg.collector.listen, source })?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let server = tokio::spawn(server.run(shutdown_rx));
     readiness.set(true);
-    Ok(RunningCollector { addr, telemetry_addr, sink_stats, metrics, shutdown, server, sink_task, background })
+    Ok(RunningCollector {
+        addr,
+        telemetry_addr,
+        sink_stats,
+        metrics,
+        shutdown,
+        server,
+        sink_task,
+        background,
+    })
 }

@@ -135,8 +135,16 @@ pub fn tables() -> Vec<TableSpec> {
     vec![
         spec::<GpuSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms", Partition::Day),
         spec::<ProcessSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms, pid", Partition::Day),
-        spec::<OomEventRow>(Engine::ReplacingMergeTree(None), "cluster, ts_ms, node, event_id", Partition::Day),
-        spec::<AgentRow>(Engine::ReplacingMergeTree(Some("last_seq")), "cluster, node, agent_id, boot_id", Partition::Month),
+        spec::<OomEventRow>(
+            Engine::ReplacingMergeTree(None),
+            "cluster, ts_ms, node, event_id",
+            Partition::Day,
+        ),
+        spec::<AgentRow>(
+            Engine::ReplacingMergeTree(Some("last_seq")),
+            "cluster, node, agent_id, boot_id",
+            Partition::Month,
+        ),
     ]
 }
 
@@ -308,7 +316,10 @@ mod tests {
         let caps = "18.16.1".parse::<ServerVersion>().unwrap().caps();
         for t in tables() {
             let sql = t.create_sql("oomlens", caps, Retention::default());
-            assert!(!sql.contains("LowCardinality") && !sql.contains("CODEC") && !sql.contains("TTL"), "{sql}");
+            assert!(
+                !sql.contains("LowCardinality") && !sql.contains("CODEC") && !sql.contains("TTL"),
+                "{sql}"
+            );
             assert!(sql.contains("ts_ms Int64"), "{sql}");
         }
     }

@@ -39,11 +39,7 @@ pub struct LimitError {
 }
 
 fn check(field: &'static str, actual: usize, limit: usize) -> Result<(), LimitError> {
-    if actual > limit {
-        Err(LimitError { field, actual, limit })
-    } else {
-        Ok(())
-    }
+    if actual > limit { Err(LimitError { field, actual, limit }) } else { Ok(()) }
 }
 
 fn check_str(field: &'static str, s: &str) -> Result<(), LimitError> {
@@ -132,10 +128,7 @@ mod tests {
         let err = hello.check_limits().unwrap_err();
         assert_eq!(err.field, "node");
 
-        let batch = Batch {
-            events: vec![OomEvent::default(); MAX_EVENTS + 1],
-            ..Batch::default()
-        };
+        let batch = Batch { events: vec![OomEvent::default(); MAX_EVENTS + 1], ..Batch::default() };
         assert_eq!(batch.check_limits().unwrap_err().field, "events");
     }
 }

@@ -7,7 +7,17 @@ use std::str::FromStr;
 
 /// Why an out-of-memory failure happened.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
 )]
 #[rkyv(derive(Debug, PartialEq, Eq))]
 #[repr(u8)]
@@ -74,7 +84,9 @@ impl Scenario {
             Scenario::HostOom => {
                 "reduce host-RAM use (fewer dataloader workers, pinned-memory size, prefetch), or raise the pod/cgroup memory limit"
             }
-            Scenario::Unknown => "collect more evidence: enable the hook socket and the flight recorder for this job",
+            Scenario::Unknown => {
+                "collect more evidence: enable the hook socket and the flight recorder for this job"
+            }
         }
     }
 }
@@ -87,17 +99,16 @@ impl fmt::Display for Scenario {
 
 /// Error for a scenario name that is not in the taxonomy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scenario {0:?} (expected one of static, batch, sequence, contention, fragmentation, host_oom, unknown)")]
+#[error(
+    "unknown scenario {0:?} (expected one of static, batch, sequence, contention, fragmentation, host_oom, unknown)"
+)]
 pub struct UnknownScenario(pub String);
 
 impl FromStr for Scenario {
     type Err = UnknownScenario;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scenario::ALL
-            .into_iter()
-            .find(|sc| sc.as_str() == s)
-            .ok_or_else(|| UnknownScenario(s.to_owned()))
+        Scenario::ALL.into_iter().find(|sc| sc.as_str() == s).ok_or_else(|| UnknownScenario(s.to_owned()))
     }
 }
 

@@ -102,7 +102,8 @@ pub fn server_config(files: &TlsFiles, idle_timeout: Duration) -> Result<quinn::
         .with_single_cert(load_certs(&files.cert, "certificate")?, load_key(&files.key)?)?;
     tls.alpn_protocols = vec![crate::ALPN.to_vec()];
     tls.max_early_data_size = 0;
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     cfg.transport_config(transport_config(idle_timeout));
     Ok(cfg)
@@ -115,7 +116,8 @@ pub fn client_config(files: &TlsFiles, idle_timeout: Duration) -> Result<quinn::
         .with_root_certificates(root_store(&files.ca)?)
         .with_client_auth_cert(load_certs(&files.cert, "certificate")?, load_key(&files.key)?)?;
     tls.alpn_protocols = vec![crate::ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
+    let crypto =
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
     cfg.transport_config(transport_config(idle_timeout));
     Ok(cfg)

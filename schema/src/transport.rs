@@ -39,7 +39,10 @@ async fn read_full<R: AsyncRead + Unpin>(r: &mut R, buf: &mut [u8]) -> Result<us
 }
 
 /// Reads one frame. `Ok(None)` when the stream ends cleanly between frames.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> Result<Option<Frame>, TransportError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame>, TransportError> {
     let mut header = [0u8; HEADER_LEN];
     let got = read_full(r, &mut header).await?;
     if got == 0 {

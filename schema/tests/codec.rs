@@ -12,7 +12,10 @@ fn arb_string(max: usize) -> impl Strategy<Value = String> {
 }
 
 fn arb_labels() -> impl Strategy<Value = Vec<Label>> {
-    proptest::collection::vec((arb_string(12), arb_string(24)).prop_map(|(key, value)| Label { key, value }), 0..4)
+    proptest::collection::vec(
+        (arb_string(12), arb_string(24)).prop_map(|(key, value)| Label { key, value }),
+        0..4,
+    )
 }
 
 prop_compose! {
@@ -107,8 +110,20 @@ fn golden_frames() -> Vec<(&'static str, Frame)> {
         boot_id: 0x0123_4567_89ab_cdef,
         agent_version: "0.1.0".into(),
         gpus: vec![
-            GpuInfo { index: 0, uuid: "GPU-8f1b2c3d-0000-1111-2222-333344445555".into(), name: "NVIDIA H200".into(), memory_total_bytes: 150_754_820_096, mig: false },
-            GpuInfo { index: 1, uuid: "MIG-1d2e3f40-aaaa-bbbb-cccc-ddddeeeeffff".into(), name: "NVIDIA A100-SXM4-80GB MIG 3g.40gb".into(), memory_total_bytes: 42_949_672_960, mig: true },
+            GpuInfo {
+                index: 0,
+                uuid: "GPU-8f1b2c3d-0000-1111-2222-333344445555".into(),
+                name: "NVIDIA H200".into(),
+                memory_total_bytes: 150_754_820_096,
+                mig: false,
+            },
+            GpuInfo {
+                index: 1,
+                uuid: "MIG-1d2e3f40-aaaa-bbbb-cccc-ddddeeeeffff".into(),
+                name: "NVIDIA A100-SXM4-80GB MIG 3g.40gb".into(),
+                memory_total_bytes: 42_949_672_960,
+                mig: true,
+            },
         ],
     };
     let event = OomEvent {
@@ -136,16 +151,42 @@ fn golden_frames() -> Vec<(&'static str, Frame)> {
     };
     let batch = Batch {
         seq: 42,
-        gpu_samples: vec![GpuSample { ts_ms: 1_767_225_600_000, gpu_index: 0, memory_used_bytes: Some(80_000_000_000), memory_free_bytes: Some(5_045_510_144), memory_total_bytes: Some(85_045_510_144), memory_reserved_bytes: Some(536_870_912), util_gpu_pct: Some(97), util_mem_pct: Some(61), power_mw: Some(612_000), temperature_c: Some(71), sm_clock_mhz: Some(1980), mem_clock_mhz: None }],
-        process_samples: vec![ProcessSample { ts_ms: 1_767_225_600_000, gpu_index: 0, pid: 4242, name: "python".into(), used_bytes: Some(78_000_000_000), labels: vec![Label { key: "k8s.namespace".into(), value: "research".into() }] }],
+        gpu_samples: vec![GpuSample {
+            ts_ms: 1_767_225_600_000,
+            gpu_index: 0,
+            memory_used_bytes: Some(80_000_000_000),
+            memory_free_bytes: Some(5_045_510_144),
+            memory_total_bytes: Some(85_045_510_144),
+            memory_reserved_bytes: Some(536_870_912),
+            util_gpu_pct: Some(97),
+            util_mem_pct: Some(61),
+            power_mw: Some(612_000),
+            temperature_c: Some(71),
+            sm_clock_mhz: Some(1980),
+            mem_clock_mhz: None,
+        }],
+        process_samples: vec![ProcessSample {
+            ts_ms: 1_767_225_600_000,
+            gpu_index: 0,
+            pid: 4242,
+            name: "python".into(),
+            used_bytes: Some(78_000_000_000),
+            labels: vec![Label { key: "k8s.namespace".into(), value: "research".into() }],
+        }],
         events: vec![event],
     };
     vec![
         ("v1-hello.bin", Frame::Hello(hello)),
-        ("v1-welcome.bin", Frame::Welcome(Welcome { collector_id: "collector-1".into(), last_acked_seq: 41 })),
+        (
+            "v1-welcome.bin",
+            Frame::Welcome(Welcome { collector_id: "collector-1".into(), last_acked_seq: 41 }),
+        ),
         ("v1-batch.bin", Frame::Batch(batch)),
         ("v1-ack.bin", Frame::Ack(Ack { seq: 42 })),
-        ("v1-error.bin", Frame::Error(ErrorReply { code: ErrorCode::BadFrame as u16, message: "bad magic".into() })),
+        (
+            "v1-error.bin",
+            Frame::Error(ErrorReply { code: ErrorCode::BadFrame as u16, message: "bad magic".into() }),
+        ),
     ]
 }
 
@@ -159,7 +200,8 @@ fn golden_frames_of_v1_decode_and_encode_identically() {
         if regenerate {
             std::fs::write(&path, &encoded).unwrap();
         }
-        let golden = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (set OOMLENS_REGENERATE_GOLDEN=1 once)", path.display()));
+        let golden = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (set OOMLENS_REGENERATE_GOLDEN=1 once)", path.display()));
         assert_eq!(Frame::decode(&golden).unwrap(), frame, "{name} decodes to the reference value");
         assert_eq!(encoded, golden, "{name}: the encoding of protocol v1 changed");
     }
@@ -191,7 +233,11 @@ fn random_and_mutated_frames_only_ever_produce_errors() {
             // Random garbage behind a valid header.
             3 => {
                 let len = rng.random_range(0..300usize);
-                let header = FrameHeader { version: PROTOCOL_VERSION, kind: FrameKind::from_u16(rng.random_range(1..=5)).unwrap(), len: len as u32 };
+                let header = FrameHeader {
+                    version: PROTOCOL_VERSION,
+                    kind: FrameKind::from_u16(rng.random_range(1..=5)).unwrap(),
+                    len: len as u32,
+                };
                 bytes = header.to_bytes().to_vec();
                 bytes.extend((0..len).map(|_| rng.random::<u8>()));
             }
