@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use oomlens_collector::cli::ChArgs;
-use oomlens_collector::demo::{DemoConfig, run_demo};
+use oomlens_collector::demo::{DemoConfig, DemoError, run_demo};
 use oomlens_collector::report::print_demo_outcome;
 use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
 
@@ -84,7 +84,14 @@ async fn main() -> anyhow::Result<()> {
                 agent_bin,
                 keep_dir: a.keep,
             };
-            let outcome = run_demo(cfg, stop_on_signal()).await?;
+            let outcome = match run_demo(cfg, stop_on_signal()).await {
+                Ok(o) => o,
+                Err(DemoError::Interrupted) => {
+                    eprintln!("interrupted: every process the demo started has been stopped");
+                    std::process::exit(130);
+                }
+                Err(e) => return Err(e.into()),
+            };
             print_demo_outcome(&outcome, &mut std::io::stdout()).context("cannot print the outcome")?;
             Ok(())
         }
