@@ -9,6 +9,7 @@
 //! * [`metrics`] — Prometheus `/metrics`.
 
 pub mod config;
+pub mod detect;
 pub mod metrics;
 pub mod nvml;
 pub mod runner;

@@ -25,6 +25,20 @@ enum Command {
     PrintConfig(RunArgs),
     /// Open NVML and print the driver, every GPU and one full reading (needs an NVIDIA driver).
     NvmlSmoke,
+    /// Find OOM messages in job logs (files, or stdin when none) and print them.
+    Parse(ParseArgs),
+}
+
+#[derive(Debug, Args)]
+struct ParseArgs {
+    /// Log files (stdin when none).
+    files: Vec<PathBuf>,
+    /// Line framing: plain, cri, docker or auto.
+    #[arg(long, default_value = "auto")]
+    format: oomlens_agent::detect::parse::LineFormat,
+    /// One JSON object per event per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +138,10 @@ async fn main() -> anyhow::Result<()> {
         Command::PrintConfig(args) => {
             let cfg = args.config()?;
             print!("{}", toml::to_string_pretty(&cfg).context("cannot render the configuration")?);
+        }
+        Command::Parse(args) => {
+            let mut out = std::io::stdout().lock();
+            oomlens_agent::detect::parse::command::run(&args.files, args.format, args.json, &mut out)?;
         }
         Command::NvmlSmoke => {
             let report = tokio::task::spawn_blocking(|| smoke_report(NvmlOptions::default()))

@@ -1,0 +1,4 @@
+//! OOM detectors: each turns one signal (job logs, the hook socket, the kernel log, NVML process
+//! tracking) into `OomEvent`s sent into the agent's reading channel.
+
+pub mod parse;

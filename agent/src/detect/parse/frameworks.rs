@@ -1,0 +1,502 @@
+//! Which failure a line starts (the *family*), which later lines belong to it, and the numbers of
+//! every family but PyTorch's allocator message (see `pytorch.rs`):
+//!
+//! | family | start (compact text contains) | framework |
+//! |---|---|---|
+//! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY` | `cuda` (`tensorflow`/`jax`/`llama.cpp` when their code printed it) |
+//! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
+//! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` | `tensorflow` |
+//! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
+//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer` | `jax` |
+//! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
+//! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory` | `llama.cpp` |
+//! | Vllm | `No available memory for the cache blocks`, `Free memory on device (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)` | `vllm` |
+//!
+//! Wrappers (vLLM workers, DeepSpeed, Accelerate, torchrun) print the underlying framework's error
+//! behind their own prefixes (`prefix.rs`); the event keeps the underlying framework.
+
+use super::Fields;
+use super::prefix::Origin;
+use super::text::after;
+use super::units::{GIB, number_at, size_at, u32_at, uint_at};
+
+/// The kind of message that starts an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// PyTorch's caching allocator.
+    Torch,
+    /// The CUDA runtime or driver.
+    Cuda,
+    /// cuBLAS.
+    Cublas,
+    /// cuDNN.
+    Cudnn,
+    /// NCCL.
+    Nccl,
+    /// TensorFlow's tensor allocation failure.
+    TfTensor,
+    /// The BFC allocator of TensorFlow / XLA.
+    Bfc,
+    /// JAX / XLA / PJRT.
+    Jax,
+    /// ROCm's HIP runtime.
+    Hip,
+    /// CuPy.
+    Cupy,
+    /// llama.cpp / ggml.
+    Ggml,
+    /// vLLM's own memory checks.
+    Vllm,
+}
+
+impl Family {
+    /// Bit of this family in a set.
+    pub fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// The family whose message `c` (a compact line) starts, if any.
+pub fn detect(c: &str) -> Option<Family> {
+    // Cheap gate: every start contains one of these.
+    if !(c.contains("memory")
+        || c.contains("alloc")
+        || c.contains("oom")
+        || c.contains("out_of_memory")
+        || c.contains("resource_exhausted"))
+    {
+        return None;
+    }
+    if c.contains("outofmemoryallocating") {
+        return Some(Family::Cupy);
+    }
+    if c.contains("outofmemory") && c.contains("triedtoallocate") {
+        return Some(Family::Torch);
+    }
+    if c.contains("cublas_status_alloc_failed") {
+        return Some(Family::Cublas);
+    }
+    if c.contains("cudnn_status_alloc_failed") {
+        return Some(Family::Cudnn);
+    }
+    if c.contains("cudafailure'outofmemory'") || c.contains("cudafailure2'outofmemory'") {
+        return Some(Family::Nccl);
+    }
+    if c.contains("oomwhenallocatingtensor") {
+        return Some(Family::TfTensor);
+    }
+    if c.contains("ranoutofmemorytryingtoallocate") {
+        return Some(Family::Bfc);
+    }
+    if c.contains("outofmemorywhiletryingtoallocate")
+        || c.contains("failedtoallocaterequestfor")
+        || c.contains("ranoutofmemoryinmemoryspace")
+        || c.contains("resource_exhausted:errorallocatingdevicebuffer")
+    {
+        return Some(Family::Jax);
+    }
+    if c.contains("cudamallocfailed:outofmemory")
+        || (c.contains("failedtoallocatecuda") && c.contains("bufferofsize"))
+        || c.contains("ggml_cuda_host_malloc:failedtoallocate")
+    {
+        return Some(Family::Ggml);
+    }
+    if c.contains("cudaerror:outofmemory")
+        || c.contains("cudaerrormemoryallocation")
+        || c.contains("cudaruntimeerror(2):outofmemory")
+        || c.contains("cuda_error_out_of_memory")
+    {
+        return Some(Family::Cuda);
+    }
+    if c.contains("hiperror:outofmemory") || c.contains("hiperroroutofmemory") {
+        return Some(Family::Hip);
+    }
+    if c.contains("cudaoutofmemory") || c.contains("hipoutofmemory") || c.contains("outofmemoryerror:") {
+        return Some(Family::Torch);
+    }
+    if c.contains("noavailablememoryforthecacheblocks")
+        || (c.contains("freememoryondevice(") && c.contains("desiredgpumemoryutilization"))
+    {
+        return Some(Family::Vllm);
+    }
+    None
+}
+
+/// True when a new start of family `new` is part of a pending event of family `pending` (the same
+/// failure printed again by another layer) rather than a failure of its own.
+pub fn absorbs(pending: Family, new: Family) -> bool {
+    use Family::*;
+    match pending {
+        Bfc => matches!(new, Bfc | TfTensor | Jax | Cuda),
+        Jax => matches!(new, Bfc),
+        Nccl => matches!(new, Nccl),
+        Ggml => matches!(new, Ggml | Cuda),
+        Cuda => matches!(new, Cuda | Ggml),
+        Cublas => matches!(new, Cublas),
+        Cudnn => matches!(new, Cudnn),
+        Hip => matches!(new, Hip),
+        Torch | TfTensor | Cupy | Vllm => false,
+    }
+}
+
+/// Lines that follow a CUDA error report (PyTorch's C10_CUDA_CHECK, ggml's CUDA_CHECK).
+const CUDA_TRAILERS: &[&str] = &[
+    "cudakernelerrorsmightbe",
+    "fordebuggingconsider",
+    "compilewith`torch_use_cuda_dsa`",
+    "searchfor`cuda",
+    "currentdevice:",
+    "cudamalloc(",
+    "exceptionraisedfrom",
+    "frame#",
+    "ggml_assert",
+    "hipkernelerrorsmightbe",
+    "compilewith`torch_use_hip_dsa`",
+];
+
+const BFC_STATS: &[&str] = &[
+    "limit:",
+    "inuse:",
+    "maxinuse:",
+    "numallocs:",
+    "maxallocsize:",
+    "reserved:",
+    "peakreserved:",
+    "largestfreeblock:",
+    "stats:",
+];
+
+/// True when a line that starts nothing belongs to a pending event of `family` (not PyTorch's
+/// wrapped message, see `pytorch::continues`). `c` is the compact line, `o` its origin and
+/// `event_pid` the pending event's pid.
+pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) -> bool {
+    match family {
+        Family::Torch => false,
+        Family::Cuda | Family::Cublas | Family::Cudnn | Family::Hip | Family::Ggml => {
+            CUDA_TRAILERS.iter().any(|t| c.starts_with(t))
+                || (family == Family::Ggml
+                    && (c.starts_with("ggml_")
+                        || c.starts_with("llama_")
+                        || c.starts_with("alloc_tensor_range"))
+                    && (c.contains("fail") || c.contains("error") || c.contains("unable")))
+        }
+        Family::Nccl => {
+            (o.pid.is_some() && o.pid == event_pid && c.contains("->"))
+                || c.starts_with("lasterror:")
+                || c.starts_with("ncclunhandledcudaerror")
+        }
+        Family::TfTensor => {
+            c.starts_with("[[")
+                || c.starts_with("hint:")
+                || c.starts_with("thisisn't")
+                || c.starts_with("[op:")
+        }
+        Family::Bfc => {
+            o.src.as_deref().is_some_and(|s| s.contains("bfc_allocator") || s.contains("op_kernel"))
+                || BFC_STATS
+                    .iter()
+                    .any(|k| c.starts_with(k) && c.as_bytes().get(k.len()).is_some_and(u8::is_ascii_digit))
+                || c == "stats:"
+        }
+        Family::Jax | Family::Cupy | Family::Vllm => false,
+    }
+}
+
+/// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.
+pub fn extract(c: &str, f: &mut Fields) {
+    tf_tensor(c, f);
+    bfc(c, f);
+    jax(c, f);
+    cupy(c, f);
+    ggml(c, f);
+    vllm(c, f);
+    if let Some((g, _)) = after(c, "currentdevice:", 0).and_then(|p| u32_at(c, p)) {
+        f.gpu.get_or_insert(g);
+    }
+    // TensorFlow / XLA stream executor: `failed to allocate 2.00G (2147483648 bytes) from device`.
+    if let Some(p) = after(c, "failedtoallocate", 0)
+        && let Some((_, e)) = size_at(c, p, true)
+        && let Some((v, e2)) = c.get(e..).filter(|s| s.starts_with('(')).and_then(|_| uint_at(c, e + 1))
+        && c.get(e2..).is_some_and(|s| s.starts_with("bytes)"))
+    {
+        f.requested.get_or_insert(v);
+    }
+}
+
+fn dtype_size(name: &str) -> Option<u64> {
+    Some(match name {
+        "bool" | "int8" | "uint8" | "qint8" | "quint8" | "float8_e4m3fn" | "float8_e5m2" => 1,
+        "half" | "bfloat16" | "int16" | "uint16" | "float16" => 2,
+        "float" | "int32" | "uint32" | "float32" => 4,
+        "double" | "int64" | "uint64" | "complex64" | "float64" => 8,
+        "complex128" => 16,
+        _ => return None,
+    })
+}
+
+fn tf_tensor(c: &str, f: &mut Fields) {
+    let Some(p) = after(c, "oomwhenallocatingtensorwithshape[", 0) else {
+        return;
+    };
+    let Some(end) = c.get(p..).and_then(|s| s.find(']')).map(|i| p + i) else {
+        return;
+    };
+    let mut elems: Option<u64> = Some(1);
+    for d in c[p..end].split(',').filter(|d| !d.is_empty()) {
+        elems = elems.and_then(|e| d.parse::<u64>().ok().and_then(|d| e.checked_mul(d)));
+    }
+    if let Some(t) = after(c, "andtype", end) {
+        let rest = &c[t..];
+        let name_end = rest.find("on/").or_else(|| rest.find("on")).unwrap_or(rest.len());
+        if let (Some(n), Some(sz)) = (elems, dtype_size(&rest[..name_end])) {
+            if let Some(v) = n.checked_mul(sz) {
+                f.requested.get_or_insert(v);
+            }
+        }
+    }
+    if let Some((g, _)) = after(c, "/device:gpu:", end).and_then(|q| u32_at(c, q)) {
+        f.gpu.get_or_insert(g);
+    }
+}
+
+fn bfc(c: &str, f: &mut Fields) {
+    if let Some(p) = after(c, "ranoutofmemorytryingtoallocate", 0) {
+        let exact = after(c, "(roundedto", p).and_then(|q| uint_at(c, q)).map(|(v, _)| v);
+        if let Some(v) = exact.or_else(|| size_at(c, p, true).map(|(v, _)| v)) {
+            f.requested.get_or_insert(v);
+        }
+        if let Some((g, _)) = after(c, "(gpu_", 0).and_then(|q| u32_at(c, q)) {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    for (key, slot) in [("limit:", 0), ("inuse:", 1)] {
+        if c.starts_with(key)
+            && let Some((v, _)) = uint_at(c, key.len())
+        {
+            if slot == 0 {
+                f.capacity.get_or_insert(v);
+            } else {
+                f.allocated.get_or_insert(v);
+            }
+        }
+    }
+}
+
+fn jax(c: &str, f: &mut Fields) {
+    if let Some((v, _)) = after(c, "outofmemorywhiletryingtoallocate", 0).and_then(|p| size_at(c, p, true)) {
+        f.requested.get_or_insert(v);
+    }
+    if let Some(p) = after(c, "failedtoallocaterequestfor", 0) {
+        let exact = size_at(c, p, true)
+            .and_then(|(_, e)| c.get(e..).filter(|s| s.starts_with('(')).map(|_| e + 1))
+            .and_then(|q| size_at(c, q, false))
+            .map(|(v, _)| v);
+        if let Some(v) = exact.or_else(|| size_at(c, p, true).map(|(v, _)| v)) {
+            f.requested.get_or_insert(v);
+        }
+        if let Some((g, _)) = after(c, "ondeviceordinal", p).and_then(|q| u32_at(c, q)) {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    if let Some(p) = after(c, "ranoutofmemoryinmemoryspacehbm.used", 0)
+        && let Some((used, e)) = size_at(c, p, true)
+    {
+        f.process_used.get_or_insert(used);
+        if let Some((cap, _)) =
+            c.get(e..).filter(|s| s.starts_with("of")).and_then(|_| size_at(c, e + 2, true))
+        {
+            f.capacity.get_or_insert(cap);
+        }
+    }
+    if let Some(p) = after(c, "errorallocatingdevicebuffer:attemptingtoallocate", 0)
+        && let Some((v, e)) = size_at(c, p, true)
+    {
+        f.requested.get_or_insert(v);
+        if let Some((free, _)) = after(c, "thereare", e).and_then(|q| size_at(c, q, true)) {
+            f.free.get_or_insert(free);
+        }
+    }
+}
+
+fn cupy(c: &str, f: &mut Fields) {
+    if let Some((v, e)) = after(c, "outofmemoryallocating", 0).and_then(|p| size_at(c, p, false)) {
+        f.requested.get_or_insert(v);
+        if let Some((a, _)) = after(c, "(allocatedsofar:", e).and_then(|q| size_at(c, q, false)) {
+            f.allocated.get_or_insert(a);
+        }
+    }
+}
+
+fn ggml(c: &str, f: &mut Fields) {
+    if let Some(p) = after(c, "ggml_backend_cuda_buffer_type_alloc_buffer:allocating", 0)
+        && let Some((v, e)) = size_at(c, p, false)
+    {
+        f.requested.get_or_insert(v);
+        if let Some((g, _)) = c.get(e..).filter(|s| s.starts_with("ondevice")).and_then(|_| u32_at(c, e + 8))
+        {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    if let Some(p) = after(c, "failedtoallocatecuda", 0)
+        && let Some((g, e)) = u32_at(c, p)
+    {
+        f.gpu.get_or_insert(g);
+        if let Some((v, _)) = after(c, "bufferofsize", e).filter(|q| *q == e + 12).and_then(|q| uint_at(c, q))
+        {
+            // The exact byte count beats the rounded `allocating X MiB` of the line before.
+            f.requested = Some(v);
+        }
+    }
+    if let Some((v, _)) =
+        after(c, "ggml_cuda_host_malloc:failedtoallocate", 0).and_then(|p| size_at(c, p, false))
+    {
+        f.requested.get_or_insert(v);
+    }
+}
+
+fn vllm(c: &str, f: &mut Fields) {
+    // `Free memory on device (14.1/79.1 GiB) on startup is less than desired GPU memory
+    // utilization (0.9, 71.2 GiB).`
+    if let Some(p) = after(c, "freememoryondevice(", 0)
+        && let Some((free, e)) = number_at(c, p)
+        && c.get(e..).is_some_and(|s| s.starts_with('/'))
+        && let Some((cap, e2)) = number_at(c, e + 1)
+        && c.get(e2..).is_some_and(|s| s.starts_with("gib"))
+    {
+        f.free = f.free.or(free.times(GIB));
+        f.capacity = f.capacity.or(cap.times(GIB));
+        if let Some(q) = after(c, "desiredgpumemoryutilization(", e2)
+            && let Some((_, e3)) = number_at(c, q)
+            && c.get(e3..).is_some_and(|s| s.starts_with(','))
+            && let Some((req, _)) = size_at(c, e3 + 1, false)
+        {
+            f.requested.get_or_insert(req);
+        }
+    }
+}
+
+/// The framework name of an event made of `families`, given its joined compact text and the
+/// logging source path of its first line.
+pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
+    let has = |f: Family| families & f.bit() != 0;
+    let by_src = |default: &'static str| match src {
+        Some(s) if s.contains("tensorflow/") => "tensorflow",
+        Some(s) if s.contains("xla/") || s.contains("tsl/") || s.contains("jax") => "jax",
+        _ => default,
+    };
+    if has(Family::Torch) {
+        "pytorch"
+    } else if has(Family::TfTensor) {
+        "tensorflow"
+    } else if has(Family::Jax) {
+        "jax"
+    } else if has(Family::Bfc) {
+        by_src("tensorflow")
+    } else if has(Family::Vllm) {
+        "vllm"
+    } else if has(Family::Cupy) {
+        "cupy"
+    } else if has(Family::Ggml) || (has(Family::Cuda) && c.contains("ggml")) {
+        "llama.cpp"
+    } else if has(Family::Nccl) {
+        "nccl"
+    } else if has(Family::Cublas) {
+        "cublas"
+    } else if has(Family::Cudnn) {
+        "cudnn"
+    } else if has(Family::Hip) {
+        "hip"
+    } else {
+        by_src("cuda")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::text::compact;
+    use super::*;
+
+    fn fields(line: &str) -> Fields {
+        let mut f = Fields::default();
+        extract(&compact(line), &mut f);
+        f
+    }
+
+    #[test]
+    fn detects_every_family() {
+        for (line, fam) in [
+            ("RuntimeError: CUDA error: out of memory", Family::Cuda),
+            (
+                "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                Family::Cublas,
+            ),
+            ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", Family::Cudnn),
+            ("Cuda failure 'out of memory'", Family::Nccl),
+            ("Cuda failure 2 'out of memory'", Family::Nccl),
+            (
+                "ResourceExhaustedError: OOM when allocating tensor with shape[2,3] and type float on /job:l/device:GPU:0 by allocator GPU_0_bfc",
+                Family::TfTensor,
+            ),
+            (
+                "Allocator (GPU_0_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
+                Family::Bfc,
+            ),
+            (
+                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+                Family::Jax,
+            ),
+            ("RuntimeError: HIP error: out of memory", Family::Hip),
+            ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB.", Family::Torch),
+            (
+                "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).",
+                Family::Cupy,
+            ),
+            (
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory",
+                Family::Ggml,
+            ),
+            (
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+                Family::Vllm,
+            ),
+        ] {
+            assert_eq!(detect(&compact(line)), Some(fam), "{line}");
+        }
+        assert_eq!(detect(&compact("step 1 loss 2.0")), None);
+        assert_eq!(detect(&compact("INFO memory usage 12 GiB")), None);
+    }
+
+    #[test]
+    fn numbers() {
+        let f = fields(
+            "OOM when allocating tensor with shape[32,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(32 * 64 * 256 * 256 * 4), Some(2)));
+        let f = fields(
+            "Allocator (GPU_1_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(268_435_456), Some(1)));
+        let f = fields(
+            "XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 3",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(1 << 30), Some(3)));
+        let f =
+            fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
+        assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 292926534144");
+        assert_eq!((f.requested, f.gpu), (Some(292_926_534_144), Some(1)));
+        let f = fields(
+            "failed to allocate 2.00G (2147483648 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        );
+        assert_eq!(f.requested, Some(2_147_483_648));
+        let f = fields(
+            "ValueError: Free memory on device (14.1/79.1 GiB) on startup is less than desired GPU memory utilization (0.9, 71.2 GiB).",
+        );
+        assert_eq!(f.free, Some((141 * GIB + 5) / 10));
+        assert_eq!(f.capacity, Some((791 * GIB + 5) / 10));
+        assert_eq!(f.requested, Some((712 * GIB + 5) / 10));
+    }
+}

@@ -1,0 +1,516 @@
+//! Strips the prefixes loggers and launchers put in front of a job's lines, keeping what they say
+//! about the line's origin.
+//!
+//! Recognised (in any nesting, at most [`MAX_PREFIXES`] deep):
+//!
+//! * NCCL `host:1234:5678 [3] ` (+ `file.cc:12 NCCL WARN ` / `NCCL INFO `) — pid 1234, device 3;
+//! * glog `I0501 12:00:00.123456  1234 file.cc:12] ` and c10's `[W501 12:00:00.123 file.cpp:12] `;
+//! * TensorFlow/absl `2024-05-01 12:00:00.123456: E tensorflow/…/bfc_allocator.cc:479] ` (the
+//!   source path is kept: it tells TensorFlow from XLA/JAX);
+//! * Python logging `2024-05-01 12:00:00,123 - ERROR - `, `2024-05-01 12:00:00,123 - name - ERROR - `,
+//!   `ERROR:root:`, DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:fn] `;
+//! * vLLM `ERROR 05-01 12:00:00 [engine.py:12] ` / `ERROR 05-01 12:00:00 engine.py:12] ` and its
+//!   worker prefixes `(VllmWorkerProcess pid=1234) `, `(VllmWorker rank=1 pid=1234) `,
+//!   `(RayWorkerWrapper pid=1234, ip=10.0.0.1) ` — pid 1234;
+//! * rank prefixes `[rank3]: `, `[default3]:` (torchrun), `[1,0]<stderr>:` (mpirun), Slurm
+//!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
+//! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`).
+//!
+//! The *stream key* (rank, task or pid) separates interleaved output of several processes: a
+//! continuation line is only joined to an event of the same key (or one without a key).
+
+/// Most prefixes stripped from one line.
+pub const MAX_PREFIXES: usize = 6;
+
+/// What the prefixes of a line said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Which process or rank printed the line (`rank3`, `pid1234`, `task0`, …); empty when unknown.
+    pub key: String,
+    /// Process id, when a prefix names it (NCCL, vLLM).
+    pub pid: Option<u32>,
+    /// CUDA device index, when a prefix names it (NCCL's `[3]`).
+    pub gpu: Option<u32>,
+    /// Source file of a glog/absl line, lower-cased (`tensorflow/core/…/bfc_allocator.cc`).
+    pub src: Option<String>,
+}
+
+impl Origin {
+    /// True when lines of `self` and `other` may belong to the same message.
+    pub fn compatible(&self, other: &Origin) -> bool {
+        self.key.is_empty() || other.key.is_empty() || self.key == other.key
+    }
+}
+
+/// A small byte cursor for the prefix grammars.
+struct Cur<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn new(s: &'a str) -> Self {
+        Cur { b: s.as_bytes(), i: 0 }
+    }
+    fn lit(&mut self, l: &str) -> Option<()> {
+        if self.b.get(self.i..self.i + l.len())? == l.as_bytes() {
+            self.i += l.len();
+            Some(())
+        } else {
+            None
+        }
+    }
+    fn byte(&mut self, f: impl Fn(u8) -> bool) -> Option<u8> {
+        let c = *self.b.get(self.i)?;
+        f(c).then(|| {
+            self.i += 1;
+            c
+        })
+    }
+    /// Between `min` and `max` digits; their value (saturating).
+    fn digits(&mut self, min: usize, max: usize) -> Option<u64> {
+        let start = self.i;
+        let mut v: u64 = 0;
+        while self.i - start < max {
+            match self.b.get(self.i) {
+                Some(c) if c.is_ascii_digit() => {
+                    v = v.saturating_mul(10).saturating_add(u64::from(c - b'0'));
+                    self.i += 1;
+                }
+                _ => break,
+            }
+        }
+        (self.i - start >= min).then_some(v)
+    }
+    /// One or more bytes satisfying `f`; the slice.
+    fn run(&mut self, f: impl Fn(u8) -> bool, max: usize) -> Option<&'a [u8]> {
+        let start = self.i;
+        while self.i - start < max && self.b.get(self.i).is_some_and(|c| f(*c)) {
+            self.i += 1;
+        }
+        (self.i > start).then(|| &self.b[start..self.i])
+    }
+    fn spaces(&mut self) -> usize {
+        let start = self.i;
+        while self.b.get(self.i) == Some(&b' ') {
+            self.i += 1;
+        }
+        self.i - start
+    }
+    fn until(&mut self, stop: u8, max: usize) -> Option<&'a [u8]> {
+        let start = self.i;
+        while self.i - start < max {
+            match self.b.get(self.i) {
+                Some(c) if *c == stop => return Some(&self.b[start..self.i]),
+                Some(_) => self.i += 1,
+                None => return None,
+            }
+        }
+        None
+    }
+}
+
+fn to_u32(v: u64) -> Option<u32> {
+    u32::try_from(v).ok()
+}
+
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+fn is_path(c: u8) -> bool {
+    c.is_ascii_graphic() && c != b']' && c != b':'
+}
+
+fn hhmmss(c: &mut Cur<'_>) -> Option<()> {
+    c.digits(2, 2)?;
+    c.lit(":")?;
+    c.digits(2, 2)?;
+    c.lit(":")?;
+    c.digits(2, 2)?;
+    Some(())
+}
+
+fn date(c: &mut Cur<'_>) -> Option<()> {
+    c.digits(4, 4)?;
+    c.lit("-")?;
+    c.digits(2, 2)?;
+    c.lit("-")?;
+    c.digits(2, 2)?;
+    Some(())
+}
+
+const LEVELS: &[&str] = &["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
+
+fn level(c: &mut Cur<'_>) -> Option<()> {
+    for l in LEVELS {
+        let save = c.i;
+        if c.lit(l).is_some() {
+            return Some(());
+        }
+        c.i = save;
+    }
+    None
+}
+
+/// `file.cc:123` → the file, lower-cased.
+fn src_file(c: &mut Cur<'_>) -> Option<String> {
+    let f = c.run(is_path, 512)?;
+    c.lit(":")?;
+    c.digits(1, 7)?;
+    Some(String::from_utf8_lossy(f).to_ascii_lowercase())
+}
+
+/// One prefix at the start of `s`: the remaining text and what it said.
+fn one(s: &str, o: &mut Origin) -> Option<usize> {
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 13] = [
+        nccl,
+        glog,
+        c10_bracket,
+        absl,
+        pylog,
+        pylog_short,
+        deepspeed,
+        vllm_level,
+        vllm_proc,
+        rank,
+        iso,
+        srun,
+        pdsh,
+    ];
+    GRAMMARS.iter().find_map(|f| {
+        let mut tmp = o.clone();
+        let n = f(s, &mut tmp)?;
+        *o = tmp;
+        Some(n)
+    })
+}
+
+fn nccl(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.run(|b| is_word(b) || b == b'-' || b == b'.', 255)?;
+    c.lit(":")?;
+    let pid = c.digits(1, 10)?;
+    c.lit(":")?;
+    c.digits(1, 10)?;
+    c.lit(" [")?;
+    let dev = c.digits(1, 4)?;
+    c.lit("]")?;
+    c.spaces();
+    // `NCCL INFO `, or `file.cc:12 NCCL WARN `.
+    let save = c.i;
+    let mut tagged = c.lit("NCCL ").is_some();
+    if !tagged {
+        c.i = save;
+        if src_file(&mut c).is_some() && c.lit(" NCCL ").is_some() {
+            tagged = true;
+        } else {
+            c.i = save;
+        }
+    }
+    if tagged {
+        c.run(|b| b.is_ascii_uppercase(), 8)?;
+        let _ = c.lit(" ");
+    }
+    o.pid = to_u32(pid);
+    o.gpu = to_u32(dev);
+    o.key = format!("pid{pid}");
+    Some(c.i)
+}
+
+fn glog(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
+    c.digits(4, 4)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    c.lit(".")?;
+    c.digits(1, 9)?;
+    if c.spaces() == 0 {
+        return None;
+    }
+    c.digits(1, 10)?;
+    c.lit(" ")?;
+    let src = src_file(&mut c)?;
+    c.lit("]")?;
+    let _ = c.lit(" ");
+    o.src = Some(src);
+    Some(c.i)
+}
+
+fn c10_bracket(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit("[")?;
+    c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
+    c.digits(3, 4)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    c.until(b']', 512)?;
+    c.lit("]")?;
+    let _ = c.lit(" ");
+    let _ = o;
+    Some(c.i)
+}
+
+fn absl(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    date(&mut c)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    c.lit(".")?;
+    c.digits(1, 9)?;
+    c.lit(": ")?;
+    c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
+    c.spaces();
+    let src = src_file(&mut c)?;
+    c.lit("]")?;
+    let _ = c.lit(" ");
+    o.src = Some(src);
+    Some(c.i)
+}
+
+fn pylog(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    date(&mut c)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    c.lit(",")?;
+    c.digits(3, 3)?;
+    // ` - LEVEL - ` or ` - name - LEVEL - ` (name without ` - `).
+    for _ in 0..2 {
+        c.lit(" - ")?;
+        let save = c.i;
+        if level(&mut c).is_some() && c.lit(" - ").is_some() {
+            return Some(c.i);
+        }
+        c.i = save;
+        c.run(|b| b != b' ', 128)?;
+    }
+    None
+}
+
+fn pylog_short(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    level(&mut c)?;
+    c.lit(":")?;
+    c.run(|b| is_word(b) || b == b'.', 128)?;
+    c.lit(":")?;
+    Some(c.i)
+}
+
+fn deepspeed(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit("[")?;
+    date(&mut c)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    c.lit(",")?;
+    c.digits(3, 3)?;
+    c.lit("] [")?;
+    level(&mut c)?;
+    c.lit("]")?;
+    let _ = c.lit(" ");
+    let save = c.i;
+    if c.lit("[").is_some() && c.until(b']', 256).is_some() && c.lit("]").is_some() {
+        let _ = c.lit(" ");
+    } else {
+        c.i = save;
+    }
+    Some(c.i)
+}
+
+fn vllm_level(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    level(&mut c)?;
+    c.lit(" ")?;
+    c.digits(2, 2)?;
+    c.lit("-")?;
+    c.digits(2, 2)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    if c.lit(".").is_some() {
+        c.digits(1, 9)?;
+    }
+    c.lit(" ")?;
+    if c.lit("[").is_some() {
+        c.until(b']', 256)?;
+        c.lit("]")?;
+    } else {
+        src_file(&mut c)?;
+        c.lit("]")?;
+    }
+    let _ = c.lit(" ");
+    Some(c.i)
+}
+
+fn vllm_proc(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit("(")?;
+    let inner = c.until(b')', 160)?;
+    c.lit(")")?;
+    let _ = c.lit(" ");
+    let inner = std::str::from_utf8(inner).ok()?;
+    let at = inner.find("pid=")?;
+    let mut p = Cur::new(&inner[at + 4..]);
+    let pid = p.digits(1, 10)?;
+    // The worker's name is a single identifier (`VllmWorkerProcess`, `EngineCore_0`, …).
+    let name = inner.split([' ', ',']).next()?;
+    if name.is_empty() || !name.bytes().all(is_word) {
+        return None;
+    }
+    o.pid = to_u32(pid);
+    o.key = format!("pid{pid}");
+    Some(c.i)
+}
+
+fn rank(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit("[")?;
+    let save = c.i;
+    let key = if c.lit("rank").is_some() || {
+        c.i = save;
+        c.lit("default").is_some()
+    } {
+        let r = c.digits(1, 6)?;
+        c.lit("]")?;
+        c.lit(":")?;
+        format!("rank{r}")
+    } else {
+        c.i = save;
+        let a = c.digits(1, 6)?;
+        c.lit(",")?;
+        let b = c.digits(1, 6)?;
+        c.lit("]<")?;
+        c.run(|b| b.is_ascii_lowercase(), 8)?;
+        c.lit(">:")?;
+        format!("mpi{a},{b}")
+    };
+    let _ = c.lit(" ");
+    o.key = key;
+    Some(c.i)
+}
+
+fn iso(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    date(&mut c)?;
+    c.lit("T")?;
+    hhmmss(&mut c)?;
+    if c.lit(".").is_some() || c.lit(",").is_some() {
+        c.digits(1, 9)?;
+    }
+    if c.lit("Z").is_none() {
+        let save = c.i;
+        if c.byte(|b| b == b'+' || b == b'-').is_some() {
+            c.digits(2, 2)?;
+            let _ = c.lit(":");
+            c.digits(2, 2)?;
+        } else {
+            c.i = save;
+        }
+    }
+    c.lit(" ")?;
+    Some(c.i)
+}
+
+fn srun(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.spaces();
+    let task = c.digits(1, 5)?;
+    c.lit(": ")?;
+    o.key = format!("task{task}");
+    Some(c.i)
+}
+
+fn pdsh(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    let host = c.run(|b| is_word(b) || b == b'-' || b == b'.', 255)?;
+    c.lit(": ")?;
+    let rest = &s[c.i..];
+    let mut probe = Origin::default();
+    if rank(rest, &mut probe).is_none() && deepspeed(rest, &mut probe).is_none() {
+        return None;
+    }
+    if o.key.is_empty() {
+        o.key = format!("host{}", String::from_utf8_lossy(host));
+    }
+    Some(c.i)
+}
+
+/// Strips every recognised prefix from `line`: the message text and its origin.
+pub fn strip(line: &str) -> (&str, Origin) {
+    let mut o = Origin::default();
+    let mut rest = line;
+    for _ in 0..MAX_PREFIXES {
+        match one(rest, &mut o) {
+            Some(n) if n > 0 && n <= rest.len() && rest.is_char_boundary(n) => rest = &rest[n..],
+            _ => break,
+        }
+    }
+    (rest, o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(line: &str) -> (&str, Origin) {
+        strip(line)
+    }
+
+    #[test]
+    fn nccl_prefix() {
+        let (m, o) = s("node1:12345:12400 [3] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'");
+        assert_eq!(m, "Cuda failure 'out of memory'");
+        assert_eq!((o.pid, o.gpu, o.key.as_str()), (Some(12345), Some(3), "pid12345"));
+        let (m, _) = s("node1:12345:12400 [3] NCCL INFO include/alloc.h:49 -> 1");
+        assert_eq!(m, "include/alloc.h:49 -> 1");
+    }
+
+    #[test]
+    fn loggers() {
+        assert_eq!(s("I0501 12:00:00.123456  1234 file.cc:12] hello").0, "hello");
+        let (m, o) =
+            s("2024-05-01 12:00:00.123456: W tensorflow/core/common_runtime/bfc_allocator.cc:479] Allocator");
+        assert_eq!(m, "Allocator");
+        assert_eq!(o.src.as_deref(), Some("tensorflow/core/common_runtime/bfc_allocator.cc"));
+        assert_eq!(s("2024-05-01 12:00:00,123 - ERROR - boom").0, "boom");
+        assert_eq!(s("2024-05-01 12:00:00,123 - trainer.main - ERROR - boom").0, "boom");
+        assert_eq!(s("ERROR:root:boom").0, "boom");
+        assert_eq!(s("[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:step] boom").0, "boom");
+        assert_eq!(s("[W501 12:00:00.123456789 ProcessGroupNCCL.cpp:1168] Warning: x").0, "Warning: x");
+        assert_eq!(s("2024-05-01T12:00:00.123456789Z boom").0, "boom");
+    }
+
+    #[test]
+    fn vllm_and_ranks() {
+        let (m, o) =
+            s("(VllmWorkerProcess pid=4242) ERROR 05-01 12:00:00 multiproc_worker_utils.py:226] torch.x");
+        assert_eq!(m, "torch.x");
+        assert_eq!((o.pid, o.key.as_str()), (Some(4242), "pid4242"));
+        let (m, o) = s("(VllmWorker rank=1 pid=77) ERROR 05-01 12:00:00.123 [core.py:12] boom");
+        assert_eq!((m, o.pid), ("boom", Some(77)));
+        let (m, o) = s("[rank3]: torch.OutOfMemoryError: CUDA out of memory.");
+        assert_eq!((m, o.key.as_str()), ("torch.OutOfMemoryError: CUDA out of memory.", "rank3"));
+        assert_eq!(s("[default0]:boom").1.key, "rank0");
+        assert_eq!(s("[1,0]<stderr>:boom"), ("boom", Origin { key: "mpi1,0".into(), ..Origin::default() }));
+        assert_eq!(s("  0: boom").0, "boom");
+        assert_eq!(s("worker-1: [rank8]: boom").0, "boom");
+        assert_eq!(s("worker-1: [rank8]: boom").1.key, "rank8");
+    }
+
+    #[test]
+    fn leaves_messages_alone() {
+        for m in [
+            "RuntimeError: CUDA out of memory.",
+            "Traceback (most recent call last):",
+            "  File \"train.py\", line 3, in <module>",
+            "(most recent call first):",
+            "step 120 loss 2.3141 lr 3.0e-04",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+            "Limit:                     14674281152",
+            "",
+        ] {
+            assert_eq!(s(m).0, m);
+        }
+    }
+}
