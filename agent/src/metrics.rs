@@ -44,6 +44,18 @@ pub struct AgentMetrics {
     pub connected: Gauge,
     /// Seconds from sending a batch to its acknowledgement.
     pub ack_latency_seconds: Histogram,
+    /// Log lines read by the follower.
+    pub log_lines_read: Counter,
+    /// Log lines longer than `[logs] max_line_bytes` (cut).
+    pub log_lines_cut: Counter,
+    /// Log files followed now.
+    pub log_files_followed: Gauge,
+    /// 1 when the kernel log could not be read.
+    pub kmsg_unreadable: Gauge,
+    /// Kernel log records lost to ring-buffer overruns (`EPIPE`, sequence gaps).
+    pub kmsg_overruns: Counter,
+    /// Events merged or dropped as duplicates, by rule (`suspected`, `cross_source`, `duplicate`, `evicted`).
+    pub merged_events: Family<Labels, Counter>,
 }
 
 impl AgentMetrics {
@@ -65,6 +77,12 @@ impl AgentMetrics {
             connect_failures: Family::default(),
             connected: Gauge::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            log_lines_read: Counter::default(),
+            log_lines_cut: Counter::default(),
+            log_files_followed: Gauge::default(),
+            kmsg_unreadable: Gauge::default(),
+            kmsg_overruns: Counter::default(),
+            merged_events: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("oomlens_agent");
         r.register("gpu_samples", "GPU samples taken", m.gpu_samples.clone());
@@ -86,6 +104,12 @@ impl AgentMetrics {
         r.register("connect_failures", "Failed connection attempts and sessions", m.connect_failures.clone());
         r.register("connected", "1 while connected to a collector", m.connected.clone());
         r.register("ack_latency_seconds", "Batch send to acknowledgement", m.ack_latency_seconds.clone());
+        r.register("log_lines_read", "Log lines read by the follower", m.log_lines_read.clone());
+        r.register("log_lines_cut", "Log lines cut at [logs] max_line_bytes", m.log_lines_cut.clone());
+        r.register("log_files_followed", "Log files followed now", m.log_files_followed.clone());
+        r.register("kmsg_unreadable", "1 when the kernel log cannot be read", m.kmsg_unreadable.clone());
+        r.register("kmsg_overruns", "Kernel log ring-buffer overruns", m.kmsg_overruns.clone());
+        r.register("merged_events", "Events merged or deduplicated, by rule", m.merged_events.clone());
         Arc::new(m)
     }
 

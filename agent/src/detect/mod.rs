@@ -2,3 +2,9 @@
 //! tracking) into `OomEvent`s sent into the agent's reading channel.
 
 pub mod parse;
+pub mod follow;
+pub mod kmsg;
+pub mod merge;
+pub mod offsets;
+pub mod pci;
+pub mod vanish;

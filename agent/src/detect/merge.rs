@@ -1,0 +1,658 @@
+//! Merging and de-duplication of OOM events from several detectors.
+//!
+//! Every event that names a pid is held for a grace window (`merge_grace_ms`, measured in source
+//! time: the caller passes the latest source timestamp). While held, another event for the same
+//! pid (and the same GPU when both know it) is folded into it, so ONE event goes out:
+//!
+//! * **suspected + detailed** — a `suspected_oom` (NVML) and a log / hook / simulator / kernel
+//!   event: the detailed event wins, the suspected one fills its missing fields (GPU, capacity,
+//!   free, process memory, other processes), label `merged.from=suspected_oom`.
+//! * **same kind, two sources** — e.g. log + hook (the requested size, when both print it, must
+//!   agree within 1 %): hook fields win (phase, job shape, allocator numbers), then the
+//!   simulator's, then the log's; the log's `raw_message` wins; missing fields are filled from
+//!   the other; label `merged.from=<other source>`.
+//! * **duplicate** — same kind, same source, same message and requested size (the same log line
+//!   seen twice, a suspected OOM reported twice): the second is dropped.
+//!
+//! Everything else is held separately. Events without a pid are never held. At most
+//! `max_held` events are held; beyond that the oldest goes out at once.
+//!
+//! [`EventStage`] is what the batcher runs: vanish detection on the samples, then the merger.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use oomlens_schema::{EventSource, JobShape, Label, OomEvent, OomKind, Phase};
+use serde::{Deserialize, Serialize};
+
+use crate::detect::vanish::VanishDetector;
+use crate::metrics::AgentMetrics;
+use crate::source::Reading;
+
+/// Label added to merged events.
+pub const MERGED_LABEL: &str = "merged.from";
+/// Default cap on held events.
+pub const DEFAULT_MAX_HELD: usize = 1024;
+
+/// What the merger did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Suspected OOMs folded into a detailed event.
+    pub suspected: u64,
+    /// Same failure from two sources folded into one.
+    pub cross_source: u64,
+    /// Exact duplicates dropped.
+    pub duplicates: u64,
+    /// Events released early because the hold cap was reached.
+    pub evicted: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    event: OomEvent,
+    deadline: i64,
+}
+
+/// Holds events for a grace window and merges those that describe the same failure.
+#[derive(Debug)]
+pub struct EventMerger {
+    grace_ms: i64,
+    max_held: usize,
+    held: VecDeque<Held>,
+    now_ms: i64,
+    stats: MergeStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    Suspected,
+    CrossSource,
+    Duplicate,
+}
+
+impl EventMerger {
+    /// A merger with a grace window of `grace_ms` (≤ 0: nothing is held) and the default cap.
+    pub fn new(grace_ms: i64) -> Self {
+        EventMerger {
+            grace_ms,
+            max_held: DEFAULT_MAX_HELD,
+            held: VecDeque::new(),
+            now_ms: i64::MIN,
+            stats: MergeStats::default(),
+        }
+    }
+
+    /// Sets the cap on held events (at least 1).
+    pub fn with_max_held(mut self, max_held: usize) -> Self {
+        self.max_held = max_held.max(1);
+        self
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> MergeStats {
+        self.stats
+    }
+
+    /// Number of events held now.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Takes one event at source time `now_ms`; returns the events ready to send (those whose
+    /// grace has passed, an evicted one, or this one when it is not held).
+    pub fn push(&mut self, event: OomEvent, now_ms: i64) -> Vec<OomEvent> {
+        let mut out = self.poll(now_ms);
+        if event.pid.is_none() || self.grace_ms <= 0 {
+            out.push(event);
+            return out;
+        }
+        if let Some((i, rule)) =
+            self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(&h.event, &event)?)))
+        {
+            let held = &mut self.held[i].event;
+            match rule {
+                Rule::Duplicate => self.stats.duplicates += 1,
+                Rule::Suspected => {
+                    self.stats.suspected += 1;
+                    *held = merge(std::mem::take(held), event);
+                }
+                Rule::CrossSource => {
+                    self.stats.cross_source += 1;
+                    *held = merge(std::mem::take(held), event);
+                }
+            }
+            return out;
+        }
+        if self.held.len() >= self.max_held
+            && let Some(old) = self.held.pop_front()
+        {
+            self.stats.evicted += 1;
+            out.push(old.event);
+        }
+        self.held.push_back(Held { event, deadline: self.now_ms.saturating_add(self.grace_ms) });
+        out
+    }
+
+    /// Releases the held events whose grace has passed at `now_ms`, oldest first.
+    pub fn poll(&mut self, now_ms: i64) -> Vec<OomEvent> {
+        self.now_ms = self.now_ms.max(now_ms);
+        let mut out = Vec::new();
+        while self.held.front().is_some_and(|h| h.deadline <= self.now_ms) {
+            if let Some(h) = self.held.pop_front() {
+                out.push(h.event);
+            }
+        }
+        out
+    }
+
+    /// Releases everything held (shutdown).
+    pub fn drain(&mut self) -> Vec<OomEvent> {
+        self.held.drain(..).map(|h| h.event).collect()
+    }
+}
+
+/// How `new` relates to the held event `held`, if they describe the same failure.
+fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
+    if held.pid != new.pid {
+        return None;
+    }
+    if let (Some(a), Some(b)) = (held.gpu_index, new.gpu_index)
+        && a != b
+    {
+        return None;
+    }
+    let sus = (held.kind == OomKind::SuspectedOom, new.kind == OomKind::SuspectedOom);
+    match sus {
+        (true, true) => Some(Rule::Duplicate),
+        (true, false) | (false, true) => {
+            let detailed = if sus.0 { new } else { held };
+            if has_merged(detailed, OomKind::SuspectedOom.as_str()) {
+                Some(Rule::Duplicate)
+            } else {
+                Some(Rule::Suspected)
+            }
+        }
+        (false, false) if held.kind != new.kind => None,
+        (false, false) if held.source == new.source => (held.raw_message == new.raw_message
+            && held.requested_bytes == new.requested_bytes)
+            .then_some(Rule::Duplicate),
+        (false, false) => {
+            let close = match (held.requested_bytes, new.requested_bytes) {
+                (Some(a), Some(b)) => a.abs_diff(b) <= a.max(b) / 100 + 1024,
+                _ => true,
+            };
+            if !close {
+                None
+            } else if has_merged(held, new.source.as_str()) {
+                // That source was merged already: the same report again, or a new failure.
+                (held.raw_message == new.raw_message).then_some(Rule::Duplicate)
+            } else {
+                Some(Rule::CrossSource)
+            }
+        }
+    }
+}
+
+fn has_merged(e: &OomEvent, what: &str) -> bool {
+    e.labels.iter().any(|l| l.key == MERGED_LABEL && l.value.split(',').any(|v| v == what))
+}
+
+/// Precedence of the event that gives the merged event its identity and its numbers.
+fn rank(e: &OomEvent) -> u8 {
+    if e.kind == OomKind::SuspectedOom {
+        return 0;
+    }
+    match e.source {
+        EventSource::Hook => 5,
+        EventSource::Simulator => 4,
+        EventSource::Log => 3,
+        EventSource::Kmsg => 2,
+        EventSource::Nvml => 1,
+    }
+}
+
+/// Folds two events of one failure into one: the higher-ranked one, with the other's fields
+/// filling what it lacks.
+fn merge(a: OomEvent, b: OomEvent) -> OomEvent {
+    let (mut p, s) = if rank(&b) > rank(&a) { (b, a) } else { (a, b) };
+    let tag =
+        if s.kind == OomKind::SuspectedOom { OomKind::SuspectedOom.as_str() } else { s.source.as_str() };
+    fill(&mut p.gpu_index, s.gpu_index);
+    fill(&mut p.pid, s.pid);
+    fill(&mut p.requested_bytes, s.requested_bytes);
+    fill(&mut p.capacity_bytes, s.capacity_bytes);
+    fill(&mut p.free_bytes, s.free_bytes);
+    fill(&mut p.allocated_bytes, s.allocated_bytes);
+    fill(&mut p.reserved_bytes, s.reserved_bytes);
+    fill(&mut p.process_used_bytes, s.process_used_bytes);
+    fill(&mut p.xid, s.xid);
+    fill(&mut p.host_rss_bytes, s.host_rss_bytes);
+    fill(&mut p.truth, s.truth);
+    if p.other_processes.is_empty() {
+        p.other_processes = s.other_processes;
+    }
+    if p.phase == Phase::Unknown {
+        p.phase = s.phase;
+    }
+    if p.framework.is_empty() {
+        p.framework = s.framework;
+    }
+    fill_job(&mut p.job, s.job);
+    if (s.source == EventSource::Log && s.kind != OomKind::SuspectedOom && !s.raw_message.is_empty())
+        || p.raw_message.is_empty()
+    {
+        p.raw_message = s.raw_message;
+    }
+    for l in s.labels {
+        if l.key != MERGED_LABEL && !p.labels.iter().any(|x| x.key == l.key) {
+            p.labels.push(l);
+        }
+    }
+    match p.labels.iter_mut().find(|l| l.key == MERGED_LABEL) {
+        Some(l) => {
+            l.value.push(',');
+            l.value.push_str(tag);
+        }
+        None => p.labels.push(Label { key: MERGED_LABEL.into(), value: tag.into() }),
+    }
+    if p.labels.len() > oomlens_schema::limits::MAX_LABELS {
+        // Keep the merge marker: drop the last ordinary labels.
+        let marker = p.labels.iter().position(|l| l.key == MERGED_LABEL);
+        if let Some(i) = marker {
+            let m = p.labels.remove(i);
+            p.labels.truncate(oomlens_schema::limits::MAX_LABELS - 1);
+            p.labels.push(m);
+        }
+    }
+    p
+}
+
+/// `[detect]`: suspected OOMs and merging.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectConfig {
+    /// A process vanishing from a GPU at least this full (percent) is a suspected OOM.
+    pub vanish_threshold_pct: f64,
+    /// How long events wait for a matching event from another detector, ms (0: no merging).
+    pub merge_grace_ms: u64,
+    /// Most events held at once.
+    pub max_held_events: usize,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig { vanish_threshold_pct: 95.0, merge_grace_ms: 10_000, max_held_events: DEFAULT_MAX_HELD }
+    }
+}
+
+impl DetectConfig {
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.vanish_threshold_pct.is_finite() && (0.0..=100.0).contains(&self.vanish_threshold_pct)) {
+            return Err("detect.vanish_threshold_pct must be between 0 and 100".into());
+        }
+        if self.merge_grace_ms > 3_600_000 || self.max_held_events == 0 {
+            return Err("detect.merge_grace_ms must be at most 3600000 and detect.max_held_events > 0".into());
+        }
+        Ok(())
+    }
+
+    /// The batcher's stage for these settings.
+    pub fn stage(&self, metrics: Option<Arc<AgentMetrics>>) -> EventStage {
+        EventStage::new(self.vanish_threshold_pct, self.merge_grace_ms as i64, self.max_held_events, metrics)
+    }
+}
+
+/// The batcher's event stage: process samples → [`VanishDetector`] → suspected OOMs; every event
+/// → [`EventMerger`]. `run_batcher` calls [`EventStage::on_reading`] for each reading,
+/// [`EventStage::poll`] on its timer and [`EventStage::drain`] at the end.
+#[derive(Debug)]
+pub struct EventStage {
+    vanish: VanishDetector,
+    merger: EventMerger,
+    latest_ms: i64,
+    metrics: Option<Arc<AgentMetrics>>,
+    seen: MergeStats,
+}
+
+impl EventStage {
+    /// A stage with the `[detect]` settings; `metrics` counts suspected OOMs and merges.
+    pub fn new(
+        vanish_threshold_pct: f64,
+        merge_grace_ms: i64,
+        max_held: usize,
+        metrics: Option<Arc<AgentMetrics>>,
+    ) -> Self {
+        EventStage {
+            vanish: VanishDetector::new(vanish_threshold_pct),
+            merger: EventMerger::new(merge_grace_ms).with_max_held(max_held),
+            latest_ms: i64::MIN,
+            metrics,
+            seen: MergeStats::default(),
+        }
+    }
+
+    /// Takes the reading's events (and the suspected OOMs its samples reveal) into the merger;
+    /// returns the events ready to send. The reading's samples are left untouched.
+    pub fn on_reading(&mut self, reading: &mut Reading) -> Vec<OomEvent> {
+        let ts = reading
+            .gpu_samples
+            .iter()
+            .map(|g| g.ts_ms)
+            .chain(reading.process_samples.iter().map(|p| p.ts_ms))
+            .max();
+        if let Some(ts) = ts {
+            self.latest_ms = self.latest_ms.max(ts);
+        }
+        let mut events = std::mem::take(&mut reading.events);
+        let suspected = self.vanish.observe(&reading.gpu_samples, &reading.process_samples);
+        if let Some(m) = &self.metrics {
+            for e in &suspected {
+                m.events
+                    .get_or_create(&vec![
+                        ("kind", e.kind.as_str().to_owned()),
+                        ("source", e.source.as_str().to_owned()),
+                    ])
+                    .inc();
+            }
+        }
+        events.extend(suspected);
+        let mut out = self.merger.poll(self.latest_ms);
+        for e in events {
+            out.extend(self.merger.push(e, self.latest_ms));
+        }
+        self.count();
+        out
+    }
+
+    /// Events whose grace has passed.
+    pub fn poll(&mut self) -> Vec<OomEvent> {
+        self.merger.poll(self.latest_ms)
+    }
+
+    /// Everything still held (shutdown).
+    pub fn drain(&mut self) -> Vec<OomEvent> {
+        self.merger.drain()
+    }
+
+    fn count(&mut self) {
+        let s = self.merger.stats();
+        if let Some(m) = &self.metrics {
+            for (rule, now, before) in [
+                ("suspected", s.suspected, self.seen.suspected),
+                ("cross_source", s.cross_source, self.seen.cross_source),
+                ("duplicate", s.duplicates, self.seen.duplicates),
+                ("evicted", s.evicted, self.seen.evicted),
+            ] {
+                if now > before {
+                    m.merged_events.get_or_create(&vec![("rule", rule.to_owned())]).inc_by(now - before);
+                }
+            }
+        }
+        self.seen = s;
+    }
+}
+
+fn fill<T>(dst: &mut Option<T>, src: Option<T>) {
+    if dst.is_none() {
+        *dst = src;
+    }
+}
+
+fn fill_job(dst: &mut JobShape, src: JobShape) {
+    fill(&mut dst.params, src.params);
+    fill(&mut dst.batch, src.batch);
+    fill(&mut dst.seq_len, src.seq_len);
+    fill(&mut dst.hidden, src.hidden);
+    fill(&mut dst.layers, src.layers);
+    fill(&mut dst.heads, src.heads);
+    fill(&mut dst.precision, src.precision);
+    fill(&mut dst.optimizer, src.optimizer);
+    fill(&mut dst.zero_stage, src.zero_stage);
+    fill(&mut dst.tensor_parallel, src.tensor_parallel);
+    fill(&mut dst.pipeline_parallel, src.pipeline_parallel);
+    fill(&mut dst.data_parallel, src.data_parallel);
+    fill(&mut dst.activation_checkpointing, src.activation_checkpointing);
+    fill(&mut dst.flash_attention, src.flash_attention);
+}
+
+#[cfg(test)]
+mod tests {
+    use oomlens_schema::OtherProcess;
+
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn suspected(pid: u32, gpu: u32) -> OomEvent {
+        OomEvent {
+            event_id: 1,
+            ts_ms: 1000,
+            kind: OomKind::SuspectedOom,
+            source: EventSource::Nvml,
+            gpu_index: Some(gpu),
+            pid: Some(pid),
+            capacity_bytes: Some(80 * GIB),
+            free_bytes: Some(GIB),
+            process_used_bytes: Some(60 * GIB),
+            other_processes: vec![OtherProcess { pid: 9, used_bytes: 19 * GIB }],
+            labels: vec![Label { key: "k8s.pod".into(), value: "trainer-0".into() }],
+            ..OomEvent::default()
+        }
+    }
+
+    fn log(pid: u32, gpu: Option<u32>) -> OomEvent {
+        OomEvent {
+            event_id: 2,
+            ts_ms: 1500,
+            kind: OomKind::CudaOom,
+            source: EventSource::Log,
+            framework: "pytorch".into(),
+            gpu_index: gpu,
+            pid: Some(pid),
+            requested_bytes: Some(2 * GIB),
+            capacity_bytes: Some(79 * GIB),
+            raw_message: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB".into(),
+            labels: vec![Label { key: "log.path".into(), value: "/var/log/x.log".into() }],
+            ..OomEvent::default()
+        }
+    }
+
+    fn hook(pid: u32) -> OomEvent {
+        OomEvent {
+            event_id: 3,
+            ts_ms: 1400,
+            kind: OomKind::CudaOom,
+            source: EventSource::Hook,
+            framework: "pytorch".into(),
+            gpu_index: Some(0),
+            pid: Some(pid),
+            requested_bytes: Some(2 * GIB + 12345),
+            allocated_bytes: Some(70 * GIB),
+            reserved_bytes: Some(75 * GIB),
+            phase: Phase::Backward,
+            job: JobShape { batch: Some(32), seq_len: Some(4096), ..JobShape::default() },
+            raw_message: "hook report".into(),
+            ..OomEvent::default()
+        }
+    }
+
+    fn label<'a>(e: &'a OomEvent, key: &str) -> Option<&'a str> {
+        e.labels.iter().find(|l| l.key == key).map(|l| l.value.as_str())
+    }
+
+    #[test]
+    fn suspected_then_log_within_grace_is_one_detailed_event() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push(suspected(7, 0), 1000).is_empty());
+        assert!(m.push(log(7, None), 5000).is_empty());
+        assert!(m.poll(10_999).is_empty());
+        let out = m.poll(11_000);
+        assert_eq!(out.len(), 1);
+        let e = &out[0];
+        assert_eq!((e.kind, e.source, e.event_id, e.ts_ms), (OomKind::CudaOom, EventSource::Log, 2, 1500));
+        assert_eq!(e.gpu_index, Some(0)); // filled from the suspected one
+        assert_eq!(e.capacity_bytes, Some(79 * GIB)); // the detailed one's own value wins
+        assert_eq!((e.free_bytes, e.process_used_bytes), (Some(GIB), Some(60 * GIB)));
+        assert_eq!(e.other_processes.len(), 1);
+        assert_eq!(label(e, MERGED_LABEL), Some("suspected_oom"));
+        assert_eq!(label(e, "k8s.pod"), Some("trainer-0"));
+        assert_eq!(label(e, "log.path"), Some("/var/log/x.log"));
+        assert!(e.raw_message.starts_with("torch.OutOfMemoryError"));
+        assert_eq!(m.stats().suspected, 1);
+    }
+
+    #[test]
+    fn log_then_suspected_merges_too() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push(log(7, Some(0)), 0).is_empty());
+        assert!(m.push(suspected(7, 0), 1000).is_empty());
+        let out = m.drain();
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].kind, out[0].source), (OomKind::CudaOom, EventSource::Log));
+        assert_eq!(label(&out[0], MERGED_LABEL), Some("suspected_oom"));
+    }
+
+    #[test]
+    fn suspected_alone_goes_out_after_the_grace_unchanged() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push(suspected(7, 0), 1000).is_empty());
+        // A log event after the grace is a separate event.
+        let out = m.push(log(7, Some(0)), 11_000);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0], suspected(7, 0));
+        assert_eq!(m.drain().len(), 1);
+    }
+
+    #[test]
+    fn different_pid_or_gpu_or_kind_does_not_merge() {
+        let mut m = EventMerger::new(10_000);
+        m.push(suspected(7, 0), 0);
+        m.push(log(8, Some(0)), 0); // other pid
+        m.push(log(7, Some(1)), 0); // same pid, other GPU
+        let host = OomEvent {
+            kind: OomKind::HostOomKill,
+            source: EventSource::Kmsg,
+            pid: Some(8),
+            ..OomEvent::default()
+        };
+        m.push(host, 0); // other kind than the held log event of pid 8
+        assert_eq!(m.held(), 4);
+        assert_eq!(m.stats(), MergeStats::default());
+        assert_eq!(m.drain().len(), 4);
+    }
+
+    #[test]
+    fn suspected_merges_into_a_host_oom_kill() {
+        let mut m = EventMerger::new(10_000);
+        let host = OomEvent {
+            kind: OomKind::HostOomKill,
+            source: EventSource::Kmsg,
+            framework: "kernel".into(),
+            pid: Some(7),
+            host_rss_bytes: Some(GIB),
+            ..OomEvent::default()
+        };
+        m.push(host, 0);
+        m.push(suspected(7, 3), 0);
+        let out = m.drain();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (out[0].kind, out[0].gpu_index, out[0].host_rss_bytes),
+            (OomKind::HostOomKill, Some(3), Some(GIB))
+        );
+    }
+
+    #[test]
+    fn log_and_hook_merge_hook_fields_win_log_message_wins() {
+        for hook_first in [true, false] {
+            let mut m = EventMerger::new(10_000);
+            let (a, b) = if hook_first { (hook(7), log(7, None)) } else { (log(7, None), hook(7)) };
+            m.push(a, 0);
+            m.push(b, 10);
+            m.push(suspected(7, 0), 20);
+            let out = m.drain();
+            assert_eq!(out.len(), 1, "hook_first={hook_first}");
+            let e = &out[0];
+            assert_eq!((e.source, e.event_id), (EventSource::Hook, 3));
+            assert_eq!(e.requested_bytes, Some(2 * GIB + 12345));
+            assert_eq!((e.phase, e.job.batch, e.job.seq_len), (Phase::Backward, Some(32), Some(4096)));
+            assert_eq!(e.capacity_bytes, Some(79 * GIB)); // from the log
+            assert_eq!(e.process_used_bytes, Some(60 * GIB)); // from the suspected one
+            assert!(e.raw_message.starts_with("torch.OutOfMemoryError"));
+            assert_eq!(label(e, "log.path"), Some("/var/log/x.log"));
+            assert_eq!(label(e, MERGED_LABEL), Some("log,suspected_oom"));
+            assert_eq!(m.stats().cross_source, 1);
+            assert_eq!(m.stats().suspected, 1);
+            // The same log line once more is a duplicate of the merged event.
+            m.push(hook(7), 0);
+            m.push(log(7, None), 0);
+            m.push(log(7, None), 0);
+            assert_eq!(m.drain().len(), 1);
+        }
+    }
+
+    #[test]
+    fn two_sources_disagreeing_on_the_request_are_two_failures() {
+        let mut m = EventMerger::new(10_000);
+        m.push(hook(7), 0);
+        m.push(OomEvent { requested_bytes: Some(GIB), ..log(7, None) }, 0);
+        assert_eq!(m.drain().len(), 2);
+    }
+
+    #[test]
+    fn duplicates_are_dropped_distinct_retries_are_kept() {
+        let mut m = EventMerger::new(10_000);
+        m.push(log(7, Some(0)), 0);
+        m.push(log(7, Some(0)), 1); // the same line seen again
+        m.push(suspected(7, 0), 2);
+        m.push(suspected(7, 0), 3); // reported twice
+        let retry = OomEvent {
+            requested_bytes: Some(GIB),
+            raw_message: "… Tried to allocate 1.00 GiB".into(),
+            ..log(7, Some(0))
+        };
+        m.push(retry, 4); // a second, smaller attempt: a real second failure
+        let out = m.drain();
+        assert_eq!(out.len(), 2);
+        assert_eq!(m.stats().duplicates, 2);
+        assert_eq!(m.stats().suspected, 1);
+    }
+
+    #[test]
+    fn events_without_pid_or_without_grace_pass_straight_through() {
+        let mut m = EventMerger::new(10_000);
+        let xid =
+            OomEvent { kind: OomKind::Xid, source: EventSource::Kmsg, xid: Some(79), ..OomEvent::default() };
+        assert_eq!(m.push(xid.clone(), 0), vec![xid]);
+        let mut m = EventMerger::new(0);
+        assert_eq!(m.push(suspected(1, 0), 0).len(), 1);
+        assert_eq!(m.held(), 0);
+    }
+
+    #[test]
+    fn the_hold_is_capped_and_time_never_runs_backwards() {
+        let mut m = EventMerger::new(10_000).with_max_held(2);
+        assert!(m.push(suspected(1, 0), 0).is_empty());
+        assert!(m.push(suspected(2, 0), 0).is_empty());
+        let out = m.push(suspected(3, 0), 0);
+        assert_eq!(out.iter().map(|e| e.pid).collect::<Vec<_>>(), vec![Some(1)]);
+        assert_eq!(m.stats().evicted, 1);
+        assert!(m.poll(5_000).is_empty());
+        assert!(m.poll(100).is_empty()); // an older timestamp does not move the clock back
+        assert_eq!(m.poll(10_000).len(), 2);
+    }
+
+    #[test]
+    fn merged_label_survives_the_label_cap() {
+        let many: Vec<Label> = (0..oomlens_schema::limits::MAX_LABELS)
+            .map(|i| Label { key: format!("k{i}"), value: "v".into() })
+            .collect();
+        let mut m = EventMerger::new(10_000);
+        m.push(OomEvent { labels: many, ..log(7, Some(0)) }, 0);
+        m.push(suspected(7, 0), 0);
+        let e = m.drain().remove(0);
+        assert_eq!(e.labels.len(), oomlens_schema::limits::MAX_LABELS);
+        assert_eq!(label(&e, MERGED_LABEL), Some("suspected_oom"));
+    }
+}
