@@ -145,6 +145,41 @@ impl Default for UplinkSection {
     }
 }
 
+/// `[recorder]`: the flight recorder and adaptive sampling (see `recorder.rs`). The normal
+/// interval is `source.interval_ms`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecorderSection {
+    /// Off: the source is read at `source.interval_ms` and every sample is sent.
+    pub enabled: bool,
+    /// Seconds of fast samples kept per GPU.
+    pub window_s: u64,
+    /// Milliseconds between readings of the source (below `source.interval_ms`).
+    pub fast_interval_ms: u64,
+    /// A GPU with at least this share of its memory used (percent) streams at the fast rate.
+    pub hot_threshold_pct: f64,
+}
+
+impl Default for RecorderSection {
+    fn default() -> Self {
+        RecorderSection { enabled: true, window_s: 120, fast_interval_ms: 100, hot_threshold_pct: 90.0 }
+    }
+}
+
+impl AgentConfig {
+    /// The flight recorder's settings (`[recorder]` with `source.interval_ms` as the normal interval).
+    pub fn recorder_settings(&self) -> crate::recorder::RecorderSettings {
+        let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        crate::recorder::RecorderSettings {
+            enabled: self.recorder.enabled,
+            window_ms: ms(self.recorder.window_s.saturating_mul(1000)),
+            fast_interval_ms: ms(self.recorder.fast_interval_ms),
+            normal_interval_ms: ms(self.source.interval_ms),
+            hot_threshold_pct: self.recorder.hot_threshold_pct,
+        }
+    }
+}
+
 /// `[telemetry]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -167,6 +202,8 @@ pub struct AgentConfig {
     pub uplink: UplinkSection,
     /// Telemetry endpoint.
     pub telemetry: TelemetrySection,
+    /// Flight recorder and adaptive sampling.
+    pub recorder: RecorderSection,
 }
 
 impl AgentConfig {
@@ -206,6 +243,7 @@ impl AgentConfig {
         if self.uplink.idle_timeout_ms < 300 {
             return bad("uplink.idle_timeout_ms must be at least 300");
         }
+        self.recorder_settings().validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         for (what, v) in [("agent.node", &self.agent.node), ("agent.cluster", &self.agent.cluster)] {
             if v.len() > oomlens_schema::limits::MAX_STRING {
                 return Err(ConfigError::Invalid(format!(

@@ -2,6 +2,7 @@
 //!
 //! * [`source`] — the `Source` trait; [`nvml`] (real GPUs) and [`sim`] (the fleet simulator).
 //! * [`sampler`] — runs a source on its own thread at a fixed interval, builds batches.
+//! * [`recorder`] — the flight recorder: which samples are sent, the window flushed before an OOM.
 //! * [`spool`] — batches kept until acknowledged (in memory; the seam for the disk spool).
 //! * [`uplink`] — the QUIC client: Hello/Welcome, batches, acks, reconnect and resend.
 //! * [`runner`] — wires a whole agent together (used by `oomlens-agent run` and the tests).
@@ -12,6 +13,7 @@ pub mod config;
 pub mod detect;
 pub mod metrics;
 pub mod nvml;
+pub mod recorder;
 pub mod runner;
 pub mod sampler;
 pub mod sim;

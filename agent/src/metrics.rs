@@ -44,6 +44,18 @@ pub struct AgentMetrics {
     pub connected: Gauge,
     /// Seconds from sending a batch to its acknowledgement.
     pub ack_latency_seconds: Histogram,
+    /// Flight recorder: OOM events that flushed a held window.
+    pub recorder_flushes: Counter,
+    /// Flight recorder: held samples flushed before OOMs, by table.
+    pub recorder_flushed_samples: Family<Labels, Counter>,
+    /// Flight recorder: samples held now, by table.
+    pub recorder_held_samples: Family<Labels, Gauge>,
+    /// Flight recorder: GPU samples sent at the fast rate because their GPU was hot.
+    pub recorder_hot_samples: Counter,
+    /// Flight recorder: held samples that aged out unsent.
+    pub recorder_evicted_samples: Counter,
+    /// Flight recorder: held samples forgotten because the clock went backwards.
+    pub recorder_clock_resets: Counter,
     /// Log lines read by the follower.
     pub log_lines_read: Counter,
     /// Log lines longer than `[logs] max_line_bytes` (cut).
@@ -77,6 +89,12 @@ impl AgentMetrics {
             connect_failures: Family::default(),
             connected: Gauge::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            recorder_flushes: Counter::default(),
+            recorder_flushed_samples: Family::default(),
+            recorder_held_samples: Family::default(),
+            recorder_hot_samples: Counter::default(),
+            recorder_evicted_samples: Counter::default(),
+            recorder_clock_resets: Counter::default(),
             log_lines_read: Counter::default(),
             log_lines_cut: Counter::default(),
             log_files_followed: Gauge::default(),
@@ -104,6 +122,20 @@ impl AgentMetrics {
         r.register("connect_failures", "Failed connection attempts and sessions", m.connect_failures.clone());
         r.register("connected", "1 while connected to a collector", m.connected.clone());
         r.register("ack_latency_seconds", "Batch send to acknowledgement", m.ack_latency_seconds.clone());
+        r.register("recorder_flushes", "OOM events that flushed a held window", m.recorder_flushes.clone());
+        r.register(
+            "recorder_flushed_samples",
+            "Held samples flushed before OOMs, by table",
+            m.recorder_flushed_samples.clone(),
+        );
+        r.register("recorder_held_samples", "Samples held by the flight recorder, by table", m.recorder_held_samples.clone());
+        r.register("recorder_hot_samples", "GPU samples sent at the fast rate (GPU hot)", m.recorder_hot_samples.clone());
+        r.register("recorder_evicted_samples", "Held samples that aged out unsent", m.recorder_evicted_samples.clone());
+        r.register(
+            "recorder_clock_resets",
+            "Held samples forgotten because the clock went backwards",
+            m.recorder_clock_resets.clone(),
+        );
         r.register("log_lines_read", "Log lines read by the follower", m.log_lines_read.clone());
         r.register("log_lines_cut", "Log lines cut at [logs] max_line_bytes", m.log_lines_cut.clone());
         r.register("log_files_followed", "Log files followed now", m.log_files_followed.clone());

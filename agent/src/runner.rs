@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use crate::config::{AgentConfig, SourceKind};
 use crate::metrics::AgentMetrics;
 use crate::nvml::{NvmlError, NvmlOptions, NvmlSource};
+use crate::recorder::{FlightRecorder, RecorderError};
 use crate::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
 use crate::sim::{SimError, Simulator};
 use crate::source::Source;
@@ -41,6 +42,9 @@ pub enum RunError {
         /// Error.
         source: std::io::Error,
     },
+    /// The flight recorder settings are invalid.
+    #[error(transparent)]
+    Recorder(#[from] RecorderError),
     /// The sampler thread could not start.
     #[error("cannot start the sampler thread: {0}")]
     Thread(std::io::Error),
@@ -105,6 +109,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let uplink_task = tokio::spawn(uplink.run(uplink_stop_rx));
     readiness.set(true);
 
+    let recorder = FlightRecorder::new(cfg.recorder_settings())?;
     let (tx, rx) = mpsc::channel(64);
     let sampler_stop = Arc::new(AtomicBool::new(false));
     let clock = match cfg.source.kind {
@@ -114,7 +119,11 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let duration = (cfg.source.duration_s > 0).then(|| Duration::from_secs(cfg.source.duration_s));
     let sampler = spawn_sampler(
         source,
-        SamplerConfig { interval: Duration::from_millis(cfg.source.interval_ms), clock, duration },
+        SamplerConfig {
+            interval: Duration::from_millis(recorder.settings().sample_interval_ms() as u64),
+            clock,
+            duration,
+        },
         tx,
         sampler_stop.clone(),
     )
@@ -128,6 +137,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
             first_seq: 1,
         },
         metrics.clone(),
+        recorder,
     ));
 
     // Until the source is done or a stop is requested.

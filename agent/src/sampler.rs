@@ -1,5 +1,6 @@
-//! The sampler: runs a [`Source`] on its own thread at a fixed interval, and the batcher that turns
-//! its readings into sequenced [`Batch`]es for the uplink.
+//! The sampler: runs a [`Source`] on its own thread at a fixed interval (the flight recorder's fast
+//! interval), and the batcher that passes its readings through the flight recorder into sequenced
+//! [`Batch`]es for the uplink (split so that no batch exceeds the frame limits).
 //!
 //! The sampler owns the clock. With [`Clock::Real`] each reading is stamped "now"; with
 //! [`Clock::Simulated`] readings are stamped `start + k × interval` and paced `speed` times faster
@@ -10,13 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use oomlens_schema::Batch;
+use oomlens_schema::{Batch, OomEvent, limits};
 use tokio::sync::mpsc;
 use tracing::{error, warn};
 
 use crate::metrics::AgentMetrics;
+use crate::recorder::{FlightRecorder, RecorderStats};
 use crate::source::{Reading, Source};
-use crate::uplink::UplinkHandle;
+use crate::uplink::{UplinkError, UplinkHandle};
 
 /// Where timestamps come from.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,25 +102,31 @@ pub struct BatcherConfig {
     pub first_seq: u64,
 }
 
-/// Receives readings until the sampler is done, pushes sequenced batches to the uplink.
-pub async fn run_batcher(
+/// Receives readings until every sender is gone, pushes sequenced batches to the uplink. The
+/// flight recorder decides which samples go into the batches and adds the held window before
+/// every event (see `recorder.rs`).
+pub async fn run_batcher<S: BatchSink>(
     mut rx: mpsc::Receiver<Reading>,
-    uplink: UplinkHandle,
+    uplink: S,
     cfg: BatcherConfig,
     metrics: Arc<AgentMetrics>,
+    mut recorder: FlightRecorder,
 ) {
     let mut seq = cfg.first_seq;
-    let mut batch = Batch { seq, ..Batch::default() };
+    let mut batch = Batch::default();
     let mut ticker = tokio::time::interval(cfg.flush_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_stats = recorder.stats();
     loop {
         let flush = tokio::select! {
             reading = rx.recv() => match reading {
                 Some(r) => {
                     record(&metrics, &r);
-                    batch.gpu_samples.extend(r.gpu_samples);
-                    batch.process_samples.extend(r.process_samples);
-                    batch.events.extend(r.events);
+                    recorder.record(r.gpu_samples, r.process_samples, &mut batch);
+                    for event in r.events {
+                        admit(&mut recorder, event, &mut batch, &metrics);
+                    }
+                    last_stats = record_recorder(&metrics, &recorder, last_stats);
                     batch.row_count() >= cfg.max_rows
                 }
                 None => break,
@@ -126,18 +134,109 @@ pub async fn run_batcher(
             _ = ticker.tick() => !batch.is_empty(),
         };
         if flush {
-            let full = std::mem::replace(&mut batch, Batch { seq: seq + 1, ..Batch::default() });
-            if let Err(e) = uplink.push(full) {
-                error!(error = %e, "cannot queue a batch");
-            }
-            seq += 1;
+            seq = push_split(&uplink, std::mem::take(&mut batch), seq, cfg.max_rows);
         }
     }
-    if !batch.is_empty()
-        && let Err(e) = uplink.push(batch)
-    {
-        error!(error = %e, "cannot queue the last batch");
+    if !batch.is_empty() {
+        push_split(&uplink, batch, seq, cfg.max_rows);
     }
+}
+
+/// Where the batcher hands finished batches: the uplink (a test collects them instead).
+pub trait BatchSink {
+    /// Queues one batch for delivery.
+    fn push_batch(&self, batch: Batch) -> Result<(), UplinkError>;
+}
+
+impl BatchSink for UplinkHandle {
+    fn push_batch(&self, batch: Batch) -> Result<(), UplinkError> {
+        self.push(batch)
+    }
+}
+
+/// Passes one event through the flight recorder into `batch` (the held window before it first).
+pub fn admit(recorder: &mut FlightRecorder, event: OomEvent, batch: &mut Batch, metrics: &AgentMetrics) {
+    let f = recorder.admit(event, batch);
+    if f.gpu_samples + f.process_samples > 0 {
+        metrics.recorder_flushes.inc();
+        metrics
+            .recorder_flushed_samples
+            .get_or_create(&vec![("table", "gpu_samples".into())])
+            .inc_by(f.gpu_samples as u64);
+        metrics
+            .recorder_flushed_samples
+            .get_or_create(&vec![("table", "process_samples".into())])
+            .inc_by(f.process_samples as u64);
+    }
+}
+
+fn record_recorder(m: &AgentMetrics, recorder: &FlightRecorder, last: RecorderStats) -> RecorderStats {
+    let now = recorder.stats();
+    m.recorder_held_samples
+        .get_or_create(&vec![("table", "gpu_samples".into())])
+        .set(now.held_gpu_samples as i64);
+    m.recorder_held_samples
+        .get_or_create(&vec![("table", "process_samples".into())])
+        .set(now.held_process_samples as i64);
+    m.recorder_hot_samples.inc_by(now.hot_gpu_samples - last.hot_gpu_samples);
+    m.recorder_evicted_samples.inc_by(now.evicted_samples - last.evicted_samples);
+    m.recorder_clock_resets.inc_by(now.clock_resets - last.clock_resets);
+    now
+}
+
+/// Most rows per batch whatever `batch_max_rows` says: a flushed window (120 s × 10 Hz × every
+/// GPU and process) must still fit the 8 MiB frame limit, at up to 512 encoded bytes per row.
+pub const MAX_ROWS_PER_BATCH: usize = 16 * 1024;
+
+/// Pushes `batch` as one or more batches of at most `max_rows` rows (and at most
+/// [`MAX_ROWS_PER_BATCH`] rows and `limits::MAX_EVENTS` events), numbered from `seq`; returns the
+/// next sequence number.
+fn push_split(uplink: &impl BatchSink, batch: Batch, mut seq: u64, max_rows: usize) -> u64 {
+    for mut part in split_batch(batch, max_rows) {
+        part.seq = seq;
+        if let Err(e) = uplink.push_batch(part) {
+            error!(seq, error = %e, "cannot queue a batch");
+        }
+        seq += 1;
+    }
+    seq
+}
+
+/// Splits a batch into parts within the row limits: events first (in order), then GPU samples,
+/// then process samples. The parts' `seq` is left for the caller.
+pub fn split_batch(batch: Batch, max_rows: usize) -> Vec<Batch> {
+    let max_rows = max_rows.clamp(1, MAX_ROWS_PER_BATCH);
+    if batch.row_count() <= max_rows && batch.events.len() <= limits::MAX_EVENTS {
+        return vec![batch];
+    }
+    let mut parts = vec![Batch::default()];
+    let room = |b: &Batch| max_rows - b.row_count();
+    let mut events = batch.events.into_iter().peekable();
+    let mut gpus = batch.gpu_samples.into_iter().peekable();
+    let mut procs = batch.process_samples.into_iter().peekable();
+    while events.peek().is_some() || gpus.peek().is_some() || procs.peek().is_some() {
+        let last = parts.len() - 1;
+        if room(&parts[last]) == 0 {
+            parts.push(Batch::default());
+            continue;
+        }
+        let part = &mut parts[last];
+        if events.peek().is_some() {
+            let n = room(part).min(limits::MAX_EVENTS - part.events.len());
+            if n == 0 {
+                parts.push(Batch::default());
+                continue;
+            }
+            part.events.extend(events.by_ref().take(n));
+        } else if gpus.peek().is_some() {
+            let n = room(part);
+            part.gpu_samples.extend(gpus.by_ref().take(n));
+        } else {
+            let n = room(part);
+            part.process_samples.extend(procs.by_ref().take(n));
+        }
+    }
+    parts
 }
 
 fn record(m: &AgentMetrics, r: &Reading) {
@@ -152,5 +251,121 @@ fn record(m: &AgentMetrics, r: &Reading) {
                 ("source", e.source.as_str().to_owned()),
             ])
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    use oomlens_schema::{GpuSample, OomKind, ProcessSample};
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+    use crate::recorder::RecorderSettings;
+    use crate::sim::{SimConfig, Simulator};
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<Batch>>);
+
+    impl BatchSink for Arc<Collect> {
+        fn push_batch(&self, batch: Batch) -> Result<(), UplinkError> {
+            self.0.lock().unwrap().push(batch);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn split_batch_keeps_every_row_in_order_within_the_limits() {
+        let batch = Batch {
+            seq: 9,
+            events: (0..limits::MAX_EVENTS as u64 + 3)
+                .map(|i| OomEvent { event_id: i, ..OomEvent::default() })
+                .collect(),
+            gpu_samples: (0..30_000).map(|i| GpuSample { ts_ms: i, ..GpuSample::default() }).collect(),
+            process_samples: (0..5).map(|i| ProcessSample { pid: i, ..ProcessSample::default() }).collect(),
+        };
+        let parts = split_batch(batch.clone(), 100_000);
+        assert!(
+            parts.iter().all(|p| p.row_count() <= MAX_ROWS_PER_BATCH && p.events.len() <= limits::MAX_EVENTS)
+        );
+        assert_eq!(parts.len(), 3);
+        let events: Vec<_> = parts.iter().flat_map(|p| p.events.clone()).collect();
+        let gpus: Vec<_> = parts.iter().flat_map(|p| p.gpu_samples.clone()).collect();
+        let procs: Vec<_> = parts.iter().flat_map(|p| p.process_samples.clone()).collect();
+        assert_eq!((events, gpus, procs), (batch.events, batch.gpu_samples, batch.process_samples));
+        assert_eq!(split_batch(Batch { seq: 1, ..Batch::default() }, 10).len(), 1);
+        let small =
+            split_batch(Batch { gpu_samples: vec![GpuSample::default(); 25], ..Batch::default() }, 10);
+        assert_eq!(small.iter().map(Batch::row_count).collect::<Vec<_>>(), vec![10, 10, 5]);
+    }
+
+    /// The simulator through the sampler thread and the batcher: the fast curve before every OOM
+    /// is sent, nothing twice, and cold GPUs otherwise stream once per second.
+    #[tokio::test]
+    async fn the_fast_window_before_every_simulator_oom_is_sent() {
+        const START: i64 = 1_767_225_600_000;
+        let settings = RecorderSettings { window_ms: 30_000, ..RecorderSettings::default() };
+        let sim = Simulator::new("rec-node", SimConfig { seed: 5, gpus: 8, ..SimConfig::default() }, START)
+            .unwrap();
+        let (tx, rx) = mpsc::channel(64);
+        let sampler = spawn_sampler(
+            Box::new(sim),
+            SamplerConfig {
+                interval: Duration::from_millis(settings.sample_interval_ms() as u64),
+                clock: Clock::Simulated { start_ms: START, speed: 50_000.0 },
+                duration: Some(Duration::from_secs(600)),
+            },
+            tx,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+        let sink = Arc::new(Collect::default());
+        let metrics = AgentMetrics::register(&mut Registry::default());
+        let cfg = BatcherConfig { flush_every: Duration::from_millis(50), max_rows: 2_000, first_seq: 1 };
+        let recorder = FlightRecorder::new(settings).unwrap();
+        run_batcher(rx, sink.clone(), cfg, metrics.clone(), recorder).await;
+        sampler.join().unwrap();
+
+        let batches = sink.0.lock().unwrap();
+        let seqs: Vec<u64> = batches.iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, (1..=batches.len() as u64).collect::<Vec<_>>(), "consecutive sequence numbers");
+        assert!(batches.iter().all(|b| b.row_count() <= 2_000));
+        let mut sent = BTreeSet::new();
+        for s in batches.iter().flat_map(|b| &b.gpu_samples) {
+            assert!(sent.insert((s.gpu_index, s.ts_ms)), "GPU {} at {} sent twice", s.gpu_index, s.ts_ms);
+        }
+        let mut procs = BTreeSet::new();
+        for p in batches.iter().flat_map(|b| &b.process_samples) {
+            assert!(procs.insert((p.gpu_index, p.ts_ms, p.pid)), "process sample sent twice");
+            assert!(sent.contains(&(p.gpu_index, p.ts_ms)), "a process sample travels with its GPU sample");
+        }
+        let events: Vec<&OomEvent> = batches.iter().flat_map(|b| &b.events).collect();
+        assert!(events.iter().any(|e| e.kind == OomKind::CudaOom), "the simulator produced CUDA OOMs");
+        for e in &events {
+            let gpus: Vec<u32> = match e.gpu_index {
+                Some(g) => vec![g],
+                None => (0..8).collect(),
+            };
+            for g in gpus {
+                let mut t = (e.ts_ms - 30_000).max(START);
+                while t <= e.ts_ms {
+                    assert!(
+                        sent.contains(&(g, t)),
+                        "{:?} at {}: GPU {g} sample at {t} missing",
+                        e.kind,
+                        e.ts_ms
+                    );
+                    t += 100;
+                }
+            }
+        }
+        // Far from any OOM, a cold GPU sends one sample per second.
+        let total = sent.len() as u64;
+        let taken = metrics.gpu_samples.get();
+        assert_eq!(taken, 8 * 6_000);
+        assert!(total >= 8 * 600 && total < taken / 2, "sent {total} of {taken}");
+        assert!(metrics.recorder_flushes.get() > 0);
     }
 }

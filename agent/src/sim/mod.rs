@@ -84,6 +84,10 @@ pub const MAX_CATCHUP_TICKS: u64 = 36_000;
 pub const MAX_PENDING_EVENTS: usize = 4096;
 /// Most processes started per GPU placement.
 pub const MAX_PROCESSES_PER_GPU: usize = 3;
+/// Most `extra_processes_per_gpu`.
+pub const MAX_EXTRA_PROCESSES_PER_GPU: u32 = 64;
+/// GPU memory each extra process holds.
+pub const EXTRA_PROCESS_BYTES: u64 = 64 << 20;
 /// Highest `pid_base` accepted (Linux `pid_max` is 4194304).
 pub const MAX_PID_BASE: u32 = 4_000_000;
 const PID_MAX: u64 = 4_194_304;
@@ -197,6 +201,10 @@ pub struct SimConfig {
     pub host_memory_bytes: u64,
     /// First simulated PID.
     pub pid_base: u32,
+    /// Always-on small processes per GPU (inference workers, sidecars, MPS clients), each holding
+    /// [`EXTRA_PROCESS_BYTES`] and never failing; PIDs from the top of the PID range. A load knob
+    /// (the footprint benchmark runs 16 per GPU); 0 keeps the default simulation unchanged.
+    pub extra_processes_per_gpu: u32,
 }
 
 impl Default for SimConfig {
@@ -209,6 +217,7 @@ impl Default for SimConfig {
             log_dir: None,
             host_memory_bytes: 512 * GIB,
             pid_base: 10_000,
+            extra_processes_per_gpu: 0,
         }
     }
 }
@@ -239,6 +248,9 @@ impl SimConfig {
         }
         if self.pid_base == 0 || self.pid_base > MAX_PID_BASE {
             return Err(SimError::PidBase(self.pid_base));
+        }
+        if self.extra_processes_per_gpu > MAX_EXTRA_PROCESSES_PER_GPU {
+            return Err(SimError::ExtraProcesses(self.extra_processes_per_gpu));
         }
         Ok((0..self.gpus as usize).map(|i| models[i % models.len()]).collect())
     }
@@ -281,6 +293,9 @@ pub enum SimError {
     /// `pid_base` out of range.
     #[error("pid_base must be between 1 and {MAX_PID_BASE}, got {0}")]
     PidBase(u32),
+    /// `extra_processes_per_gpu` out of range.
+    #[error("extra_processes_per_gpu must be at most {MAX_EXTRA_PROCESSES_PER_GPU}, got {0}")]
+    ExtraProcesses(u32),
     /// The log directory cannot be created or written.
     #[error("cannot write simulator job logs to {}: {source}", path.display())]
     LogDir {
@@ -303,6 +318,8 @@ struct GpuState {
     placements: u64,
     first_attempts: u32,
     temp_c: f64,
+    /// The `extra_processes_per_gpu` processes (their `ts_ms` is set per reading).
+    extras: Vec<ProcessSample>,
 }
 
 /// The fleet simulator for one node. See the module docs.
@@ -358,6 +375,19 @@ impl Simulator {
                     placements: 0,
                     first_attempts: 0,
                     temp_c: 30.0 + 4.0 * noise(&[node_hash, i as u64]),
+                    extras: (0..cfg.extra_processes_per_gpu)
+                        .map(|k| ProcessSample {
+                            ts_ms: 0,
+                            gpu_index: i as u32,
+                            pid: extra_pid(i as u32, k),
+                            name: "python3".to_owned(),
+                            used_bytes: Some(EXTRA_PROCESS_BYTES),
+                            labels: vec![oomlens_schema::Label {
+                                key: "job".to_owned(),
+                                value: format!("worker-{:04x}-{i}-{k}", node_hash & 0xffff),
+                            }],
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -399,6 +429,11 @@ impl Simulator {
     pub fn host_used_bytes(&self) -> u64 {
         host::system_reserved(self.cfg.host_memory_bytes)
             + self.gpus.iter().flat_map(|g| g.jobs.iter()).map(|j| j.host.total()).sum::<u64>()
+    }
+
+    /// GPU memory held on each GPU by the extra processes.
+    fn extra_bytes(&self) -> u64 {
+        u64::from(self.cfg.extra_processes_per_gpu) * EXTRA_PROCESS_BYTES
     }
 
     /// Runs ticks up to `ts_ms`.
@@ -481,11 +516,14 @@ impl Simulator {
 
     fn start_waiting(&mut self, g: usize) {
         let tick = self.tick;
+        let extra = self.extra_bytes();
+        let reserved_pids =
+            if extra > 0 { u64::from(self.cfg.gpus) * u64::from(MAX_EXTRA_PROCESSES_PER_GPU) } else { 0 };
         let gpu = &mut self.gpus[g];
         let mut i = 0;
         while i < gpu.waiting.len() {
             let (at, ref spec) = gpu.waiting[i];
-            let used: u64 = gpu.jobs.iter().map(Job::used).sum();
+            let used: u64 = gpu.jobs.iter().map(Job::used).sum::<u64>() + extra;
             let free = gpu.model.capacity_bytes().saturating_sub(used);
             if at > tick || gpu.jobs.len() >= MAX_PROCESSES_PER_GPU {
                 i += 1;
@@ -501,7 +539,7 @@ impl Simulator {
                 continue;
             }
             let (_, spec) = gpu.waiting.remove(i);
-            let span = PID_MAX.saturating_sub(u64::from(self.cfg.pid_base)).max(1024);
+            let span = (PID_MAX - reserved_pids).saturating_sub(u64::from(self.cfg.pid_base)).max(1024);
             let pid = (u64::from(self.cfg.pid_base) + self.pid_counter % span) as u32;
             self.pid_counter += 1 + u64::from(spec.host.workers);
             let mut job = Job::new(spec, pid);
@@ -512,7 +550,7 @@ impl Simulator {
 
     fn tick_jobs(&mut self, g: usize, now: i64, host_free: u64) {
         let cap = self.gpus[g].model.capacity_bytes();
-        let mut total: u64 = self.gpus[g].jobs.iter().map(Job::used).sum();
+        let mut total: u64 = self.gpus[g].jobs.iter().map(Job::used).sum::<u64>() + self.extra_bytes();
         let mut i = 0;
         while i < self.gpus[g].jobs.len() {
             let gpu = &mut self.gpus[g];
@@ -559,6 +597,7 @@ impl Simulator {
         let free = cap.saturating_sub(others + used);
         self.scratch.clear();
         self.scratch.extend(gpu.jobs.iter().map(|j| (j.pid, j.used())));
+        self.scratch.extend(gpu.extras.iter().map(|p| (p.pid, EXTRA_PROCESS_BYTES)));
         self.scratch.sort_unstable();
         let facts = FailureFacts {
             capacity: cap,
@@ -722,7 +761,8 @@ impl Simulator {
     fn gpu_sample(&self, g: usize, ts_ms: i64) -> GpuSample {
         let gpu = &self.gpus[g];
         let m = gpu.model;
-        let used = m.driver_reserved_bytes() + gpu.jobs.iter().map(Job::used).sum::<u64>();
+        let used =
+            m.driver_reserved_bytes() + gpu.jobs.iter().map(Job::used).sum::<u64>() + self.extra_bytes();
         let used = used.min(m.total_bytes());
         let (u, mem) = self.gpu_util(g);
         let n = |salt: u64| noise(&[self.key, u64::from(gpu.index), ts_ms as u64, salt]) - 0.5;
@@ -755,6 +795,13 @@ impl Simulator {
     }
 }
 
+/// PID of extra process `k` of GPU `g`: counted down from the top of the PID range, which job PIDs
+/// then leave free.
+fn extra_pid(g: u32, k: u32) -> u32 {
+    let offset = u64::from(g) * u64::from(MAX_EXTRA_PROCESSES_PER_GPU) + u64::from(k);
+    (PID_MAX - 1 - offset) as u32
+}
+
 impl Source for Simulator {
     fn name(&self) -> &'static str {
         "simulator"
@@ -777,7 +824,9 @@ impl Source for Simulator {
         self.advance_to(ts_ms);
         let mut reading = Reading {
             gpu_samples: Vec::with_capacity(self.gpus.len()),
-            process_samples: Vec::with_capacity(self.gpus.len() * 2),
+            process_samples: Vec::with_capacity(
+                self.gpus.len() * (2 + self.cfg.extra_processes_per_gpu as usize),
+            ),
             events: std::mem::take(&mut self.pending),
             missing_fields: 0,
             timed_out_calls: 0,
@@ -793,6 +842,7 @@ impl Source for Simulator {
                 used_bytes: Some(j.used()),
                 labels: j.spec.labels.clone(),
             }));
+            reading.process_samples.extend(gpu.extras.iter().map(|p| ProcessSample { ts_ms, ..p.clone() }));
         }
         reading
     }

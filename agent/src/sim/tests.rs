@@ -484,6 +484,7 @@ fn arb_config() -> impl Strategy<Value = SimConfig> {
             log_dir: None,
             host_memory_bytes: host_gib << 30,
             pid_base,
+            extra_processes_per_gpu: 0,
         })
 }
 
@@ -540,4 +541,23 @@ fn healthy_jobs_stay_within_their_planned_bound() {
         }
     }
     assert!(checked >= 30);
+}
+
+#[test]
+fn extra_processes_are_reported_counted_and_bounded() {
+    let cfg = SimConfig { seed: 5, gpus: 2, extra_processes_per_gpu: 16, ..SimConfig::default() };
+    let readings = run(NODES[0], cfg.clone(), 120, 1000);
+    for r in &readings {
+        for g in &r.gpu_samples {
+            let procs: Vec<_> = r.process_samples.iter().filter(|p| p.gpu_index == g.gpu_index).collect();
+            let extras = procs.iter().filter(|p| p.pid > 4_000_000).count();
+            assert_eq!(extras, 16);
+            let sum: u64 = procs.iter().filter_map(|p| p.used_bytes).sum();
+            assert!(g.memory_used_bytes.unwrap() >= sum, "processes never exceed the GPU's used memory");
+        }
+    }
+    let pids: BTreeSet<u32> = readings[0].process_samples.iter().map(|p| p.pid).collect();
+    assert_eq!(pids.len(), readings[0].process_samples.len(), "unique pids");
+    let err = Simulator::new("n", SimConfig { extra_processes_per_gpu: 65, ..cfg }, START).unwrap_err();
+    assert!(err.to_string().contains("extra_processes_per_gpu"), "{err}");
 }

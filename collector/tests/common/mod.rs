@@ -67,6 +67,9 @@ pub fn agent_config(
     cfg.agent.cluster = CLUSTER.to_owned();
     cfg.source.kind = SourceKind::Simulator;
     cfg.source.interval_ms = 1000;
+    // One sample per GPU per simulated second, as the tests count them (the flight recorder's
+    // fast sampling is tested in the agent: sampler::tests).
+    cfg.recorder.enabled = false;
     cfg.source.speed = speed;
     cfg.source.duration_s = duration_s;
     cfg.source.start_ms = START_MS;
