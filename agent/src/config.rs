@@ -204,6 +204,12 @@ pub struct AgentConfig {
     pub telemetry: TelemetrySection,
     /// Flight recorder and adaptive sampling.
     pub recorder: RecorderSection,
+    /// Job logs to follow.
+    pub logs: crate::detect::follow::LogsConfig,
+    /// The kernel log.
+    pub kmsg: crate::detect::kmsg::KmsgConfig,
+    /// Suspected OOMs and event merging.
+    pub detect: crate::detect::merge::DetectConfig,
 }
 
 impl AgentConfig {
@@ -244,6 +250,9 @@ impl AgentConfig {
             return bad("uplink.idle_timeout_ms must be at least 300");
         }
         self.recorder_settings().validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.logs.validate().map_err(ConfigError::Invalid)?;
+        self.kmsg.validate().map_err(ConfigError::Invalid)?;
+        self.detect.validate().map_err(ConfigError::Invalid)?;
         for (what, v) in [("agent.node", &self.agent.node), ("agent.cluster", &self.agent.cluster)] {
             if v.len() > oomlens_schema::limits::MAX_STRING {
                 return Err(ConfigError::Invalid(format!(

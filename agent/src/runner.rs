@@ -87,6 +87,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         gpus: source.inventory(),
     };
+    let inventory = hello.gpus.clone();
     info!(source = source.name(), gpus = hello.gpus.len(), node = %hello.node, boot_id = hello.boot_id, "agent starting");
 
     let u = &cfg.uplink;
@@ -111,6 +112,23 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
 
     let recorder = FlightRecorder::new(cfg.recorder_settings())?;
     let (tx, rx) = mpsc::channel(64);
+    // Detector tasks hold clones of `tx` and drop them when this turns true (source done or stop).
+    let (detect_stop_tx, detect_stop_rx) = watch::channel(false);
+    let log_task = crate::detect::follow::spawn_configured(
+        &cfg.logs,
+        None,
+        tx.clone(),
+        detect_stop_rx.clone(),
+        metrics.clone(),
+    );
+    let kmsg_task = crate::detect::kmsg::spawn_configured(
+        &cfg.kmsg,
+        cfg.source.kind == SourceKind::Simulator,
+        &inventory,
+        tx.clone(),
+        detect_stop_rx.clone(),
+        metrics.clone(),
+    );
     let sampler_stop = Arc::new(AtomicBool::new(false));
     let clock = match cfg.source.kind {
         SourceKind::Nvml => Clock::Real,
@@ -138,20 +156,27 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         },
         metrics.clone(),
         recorder,
+        cfg.detect.stage(Some(metrics.clone())),
     ));
 
-    // Until the source is done or a stop is requested.
-    let mut batcher = batcher;
+    // Until the source is done or a stop is requested; then the detectors stop, and the batcher
+    // ends once every sender is gone.
+    let mut sampler_done = tokio::task::spawn_blocking(move || sampler.join());
     tokio::select! {
-        _ = &mut batcher => {}
+        _ = &mut sampler_done => {}
         _ = stop.changed() => {
             info!("stop requested: flushing");
             sampler_stop.store(true, Ordering::Relaxed);
-            let _ = (&mut batcher).await;
+            let _ = (&mut sampler_done).await;
         }
     }
     sampler_stop.store(true, Ordering::Relaxed);
-    let _ = tokio::task::spawn_blocking(move || sampler.join()).await;
+    let _ = detect_stop_tx.send(true);
+    drop(detect_stop_rx);
+    for task in [log_task, kmsg_task].into_iter().flatten() {
+        let _ = task.await;
+    }
+    let _ = batcher.await;
 
     handle.finish();
     let drain = AgentConfig::ms(u.drain_timeout_ms);

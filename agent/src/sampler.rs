@@ -111,6 +111,7 @@ pub async fn run_batcher<S: BatchSink>(
     cfg: BatcherConfig,
     metrics: Arc<AgentMetrics>,
     mut recorder: FlightRecorder,
+    mut detect: crate::detect::merge::EventStage,
 ) {
     let mut seq = cfg.first_seq;
     let mut batch = Batch::default();
@@ -120,10 +121,11 @@ pub async fn run_batcher<S: BatchSink>(
     loop {
         let flush = tokio::select! {
             reading = rx.recv() => match reading {
-                Some(r) => {
+                Some(mut r) => {
                     record(&metrics, &r);
+                    let events = detect.on_reading(&mut r); // vanish detection + merging
                     recorder.record(r.gpu_samples, r.process_samples, &mut batch);
-                    for event in r.events {
+                    for event in events {
                         admit(&mut recorder, event, &mut batch, &metrics);
                     }
                     last_stats = record_recorder(&metrics, &recorder, last_stats);
@@ -131,11 +133,19 @@ pub async fn run_batcher<S: BatchSink>(
                 }
                 None => break,
             },
-            _ = ticker.tick() => !batch.is_empty(),
+            _ = ticker.tick() => {
+                for event in detect.poll() {
+                    admit(&mut recorder, event, &mut batch, &metrics);
+                }
+                !batch.is_empty()
+            }
         };
         if flush {
             seq = push_split(&uplink, std::mem::take(&mut batch), seq, cfg.max_rows);
         }
+    }
+    for event in detect.drain() {
+        admit(&mut recorder, event, &mut batch, &metrics);
     }
     if !batch.is_empty() {
         push_split(&uplink, batch, seq, cfg.max_rows);
@@ -325,7 +335,8 @@ mod tests {
         let metrics = AgentMetrics::register(&mut Registry::default());
         let cfg = BatcherConfig { flush_every: Duration::from_millis(50), max_rows: 2_000, first_seq: 1 };
         let recorder = FlightRecorder::new(settings).unwrap();
-        run_batcher(rx, sink.clone(), cfg, metrics.clone(), recorder).await;
+        let detect = crate::detect::merge::EventStage::new(95.0, 0, 1024, None);
+        run_batcher(rx, sink.clone(), cfg, metrics.clone(), recorder, detect).await;
         sampler.join().unwrap();
 
         let batches = sink.0.lock().unwrap();

@@ -711,6 +711,27 @@ fn clip(s: &str) -> String {
     s[..end].to_owned()
 }
 
+/// Starts following `[logs]` when paths are configured (`None` when none are, or when the
+/// follower cannot start: the reason is logged).
+pub fn spawn_configured(
+    cfg: &LogsConfig,
+    labeler: Option<PidLabeler>,
+    tx: mpsc::Sender<Reading>,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<AgentMetrics>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if cfg.paths.is_empty() {
+        return None;
+    }
+    match Follower::new(cfg.options(), parser_factory(cfg.format), labeler) {
+        Ok(f) => Some(spawn_follower(f, tx, stop, metrics)),
+        Err(e) => {
+            warn!(error = %e, "job logs are not followed");
+            None
+        }
+    }
+}
+
 /// Runs a follower as a task: polls every `poll_interval`, sends each event as a reading, and
 /// when `stop` turns true reads what is left, flushes, saves the positions and drops `tx`.
 pub fn spawn_follower(

@@ -383,6 +383,34 @@ pub struct KmsgOptions {
     pub pci: PciMap,
 }
 
+/// Starts the kernel log reader per `[kmsg]` (`None` when disabled or unreadable). With the
+/// simulator as source the host's `/dev/kmsg` is not read (the simulator plays its own kernel);
+/// a different `path` (a fixture) still is. On a real node the PCI map comes from the driver's
+/// `/proc/driver/nvidia/gpus/*/information` joined with the NVML inventory.
+pub fn spawn_configured(
+    cfg: &KmsgConfig,
+    simulated: bool,
+    inventory: &[oomlens_schema::GpuInfo],
+    tx: mpsc::Sender<Reading>,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<AgentMetrics>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if !cfg.enabled {
+        return None;
+    }
+    if simulated && cfg.path == Path::new(DEV_KMSG) {
+        info!("simulator source: the host's kernel log is not read");
+        return None;
+    }
+    let pci = if simulated { PciMap::default() } else { PciMap::from_procfs(Path::new("/proc"), inventory) };
+    let opts = KmsgOptions {
+        path: cfg.path.clone(),
+        poll_interval: Duration::from_millis(cfg.poll_interval_ms),
+        pci,
+    };
+    spawn_kmsg(opts, tx, stop, metrics)
+}
+
 /// Opens the kernel log and runs a task that sends its events as readings until `stop` turns
 /// true (then drops `tx`). Not readable → one warning, `kmsg_unreadable` = 1, and no task.
 pub fn spawn_kmsg(
