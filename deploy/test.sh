@@ -94,6 +94,11 @@ if [ "${OOMLENS_SKIP_RUST_TESTS:-0}" != 1 ]; then
   done_section "rust tests"
 fi
 
+section "Python hook helper against a real hook listener"
+OOMLENS_AGENT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
+  "$python" -m unittest "$root/deploy/hooks/python/test_oomlens_hook.py" || failures+=("Python hook test")
+done_section "Python hook test"
+
 section "SQL portability check: ClickHouse 18.16 vs chdb-core"
 work=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-test.XXXXXX")
 cleanup() {

@@ -202,6 +202,10 @@ pub struct AgentConfig {
     pub uplink: UplinkSection,
     /// Telemetry endpoint.
     pub telemetry: TelemetrySection,
+    /// The job-report socket.
+    pub hook: crate::detect::hook::HookConfig,
+    /// pid → workload labels.
+    pub workload: crate::workload::WorkloadConfig,
     /// Flight recorder and adaptive sampling.
     pub recorder: RecorderSection,
     /// Job logs to follow.
@@ -249,6 +253,8 @@ impl AgentConfig {
         if self.uplink.idle_timeout_ms < 300 {
             return bad("uplink.idle_timeout_ms must be at least 300");
         }
+        self.hook.validate().map_err(ConfigError::Invalid)?;
+        self.workload.validate().map_err(ConfigError::Invalid)?;
         self.recorder_settings().validate().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.logs.validate().map_err(ConfigError::Invalid)?;
         self.kmsg.validate().map_err(ConfigError::Invalid)?;

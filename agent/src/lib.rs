@@ -8,6 +8,8 @@
 //! * [`runner`] — wires a whole agent together (used by `oomlens-agent run` and the tests).
 //! * [`config`] — TOML configuration with CLI/env overrides.
 //! * [`metrics`] — Prometheus `/metrics`.
+//! * [`detect`] — OOM detectors (hook socket, …).
+//! * [`workload`] — pid → workload labels (pod, container, Slurm job, user, command line).
 
 pub mod config;
 pub mod detect;
@@ -21,3 +23,4 @@ pub mod source;
 pub mod spool;
 pub mod uplink;
 pub mod watchdog;
+pub mod workload;

@@ -25,6 +25,8 @@ enum Command {
     PrintConfig(RunArgs),
     /// Open NVML and print the driver, every GPU and one full reading (needs an NVIDIA driver).
     NvmlSmoke,
+    /// Serve only the hook socket (debugging, protocol tests); print each accepted event as JSON.
+    HookListen(HookListenArgs),
     /// Find OOM messages in job logs (files, or stdin when none) and print them.
     Parse(ParseArgs),
 }
@@ -130,6 +132,48 @@ impl RunArgs {
     }
 }
 
+#[derive(Debug, Args)]
+struct HookListenArgs {
+    /// TOML configuration file (its `[hook]` and `[workload]` sections are used).
+    #[arg(long, short, env = "OOMLENS_AGENT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Socket path (default: `hook.path` of the configuration).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Socket permission bits, octal (e.g. 660).
+    #[arg(long, value_parser = |s: &str| u32::from_str_radix(s.trim_start_matches("0o"), 8))]
+    mode: Option<u32>,
+    /// Group owning the socket (name or gid).
+    #[arg(long)]
+    group: Option<String>,
+    /// Print each accepted event as one JSON line on stdout.
+    #[arg(long)]
+    print: bool,
+}
+
+impl HookListenArgs {
+    fn configs(
+        &self,
+    ) -> anyhow::Result<(oomlens_agent::detect::hook::HookConfig, oomlens_agent::workload::WorkloadConfig)>
+    {
+        let mut cfg = match &self.config {
+            Some(path) => AgentConfig::load(path)?,
+            None => AgentConfig::default(),
+        };
+        if let Some(socket) = &self.socket {
+            cfg.hook.path = socket.clone();
+        }
+        if let Some(mode) = self.mode {
+            cfg.hook.mode = mode;
+        }
+        if let Some(group) = &self.group {
+            cfg.hook.group = group.clone();
+        }
+        let cfg = cfg.finish()?;
+        Ok((cfg.hook, cfg.workload))
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -142,6 +186,18 @@ async fn main() -> anyhow::Result<()> {
         Command::Parse(args) => {
             let mut out = std::io::stdout().lock();
             oomlens_agent::detect::parse::command::run(&args.files, args.format, args.json, &mut out)?;
+        }
+        Command::HookListen(args) => {
+            let (hook, workload) = args.configs()?;
+            let stop_rx = oomlens_schema::telemetry::stop_on_signal();
+            oomlens_agent::detect::hook::listen_and_print(
+                &hook,
+                &workload,
+                args.print,
+                std::io::stdout(),
+                stop_rx,
+            )
+            .await?;
         }
         Command::NvmlSmoke => {
             let report = tokio::task::spawn_blocking(|| smoke_report(NvmlOptions::default()))

@@ -44,6 +44,10 @@ pub struct AgentMetrics {
     pub connected: Gauge,
     /// Seconds from sending a batch to its acknowledgement.
     pub ack_latency_seconds: Histogram,
+    /// Hook socket: request lines by result (`ok`, `ping`, or the refusal reason).
+    pub hook_requests: Family<Labels, Counter>,
+    /// Hook socket: connections by result (`accepted`, `refused`, `bind_failed`).
+    pub hook_connections: Family<Labels, Counter>,
     /// Flight recorder: OOM events that flushed a held window.
     pub recorder_flushes: Counter,
     /// Flight recorder: held samples flushed before OOMs, by table.
@@ -89,6 +93,8 @@ impl AgentMetrics {
             connect_failures: Family::default(),
             connected: Gauge::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            hook_requests: Family::default(),
+            hook_connections: Family::default(),
             recorder_flushes: Counter::default(),
             recorder_flushed_samples: Family::default(),
             recorder_held_samples: Family::default(),
@@ -122,6 +128,8 @@ impl AgentMetrics {
         r.register("connect_failures", "Failed connection attempts and sessions", m.connect_failures.clone());
         r.register("connected", "1 while connected to a collector", m.connected.clone());
         r.register("ack_latency_seconds", "Batch send to acknowledgement", m.ack_latency_seconds.clone());
+        r.register("hook_requests", "Hook socket request lines by result", m.hook_requests.clone());
+        r.register("hook_connections", "Hook socket connections by result", m.hook_connections.clone());
         r.register("recorder_flushes", "OOM events that flushed a held window", m.recorder_flushes.clone());
         r.register(
             "recorder_flushed_samples",

@@ -90,6 +90,8 @@ pub struct NvmlOptions {
     pub include_mig: bool,
     /// Where the host's `/proc` is visible (process names). Default `/proc`.
     pub proc_root: PathBuf,
+    /// Workload attribution of process samples (pod, container, Slurm job, user, command line).
+    pub workload: crate::workload::WorkloadConfig,
 }
 
 impl Default for NvmlOptions {
@@ -99,6 +101,7 @@ impl Default for NvmlOptions {
             init_timeout: Duration::from_secs(30),
             include_mig: true,
             proc_root: PathBuf::from("/proc"),
+            workload: crate::workload::WorkloadConfig::default(),
         }
     }
 }
@@ -375,6 +378,8 @@ pub struct NvmlSource {
     nvml: &'static Nvml,
     watchdog: Watchdog,
     devices: Vec<Tracked>,
+    /// pid → workload labels of the process samples.
+    workload: crate::workload::WorkloadResolver,
 }
 
 impl NvmlSource {
@@ -382,7 +387,8 @@ impl NvmlSource {
     pub fn open(opts: NvmlOptions) -> Result<NvmlSource, NvmlError> {
         let watchdog = Watchdog::new("oomlens-nvml", DEFAULT_MAX_HUNG);
         let nvml = init(&watchdog, opts.init_timeout)?;
-        let mut source = NvmlSource { opts, nvml, watchdog, devices: Vec::new() };
+        let workload = crate::workload::WorkloadResolver::with_config(opts.workload.clone());
+        let mut source = NvmlSource { opts, nvml, watchdog, devices: Vec::new(), workload };
         source.take_inventory()?;
         Ok(source)
     }
@@ -574,6 +580,9 @@ impl Source for NvmlSource {
                     &mut tally,
                 ));
             }
+        }
+        for p in &mut reading.process_samples {
+            p.labels = self.workload.labels(p.pid);
         }
         reading.missing_fields = tally.missing_fields;
         reading.timed_out_calls = tally.timed_out_calls;

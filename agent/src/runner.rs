@@ -55,6 +55,8 @@ pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, 
     Ok(match cfg.source.kind {
         SourceKind::Nvml => Box::new(NvmlSource::open(NvmlOptions {
             call_timeout: Duration::from_millis(cfg.source.nvml_call_timeout_ms),
+            proc_root: cfg.workload.proc_root.clone(),
+            workload: cfg.workload.clone(),
             ..NvmlOptions::default()
         })?),
         SourceKind::Simulator => Box::new(Simulator::new(&cfg.agent.node, cfg.simulator.clone(), start_ms)?),
@@ -114,6 +116,13 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let (tx, rx) = mpsc::channel(64);
     // Detector tasks hold clones of `tx` and drop them when this turns true (source done or stop).
     let (detect_stop_tx, detect_stop_rx) = watch::channel(false);
+    let hook_task = crate::detect::hook::spawn_listener(
+        &cfg.hook,
+        &cfg.workload,
+        tx.clone(),
+        metrics.clone(),
+        detect_stop_rx.clone(),
+    );
     let log_task = crate::detect::follow::spawn_configured(
         &cfg.logs,
         None,
@@ -173,6 +182,9 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     sampler_stop.store(true, Ordering::Relaxed);
     let _ = detect_stop_tx.send(true);
     drop(detect_stop_rx);
+    if let Some(task) = hook_task {
+        let _ = task.await;
+    }
     for task in [log_task, kmsg_task].into_iter().flatten() {
         let _ = task.await;
     }
