@@ -204,8 +204,19 @@ async fn run_fleet(
         let report = dir.join(format!("agent-{node}.json"));
         let agent_log = std::fs::File::create(dir.join(format!("agent-{node}.log")))
             .map_err(|e| setup("agent log")(e.to_string()))?;
+        // Per-agent settings that have no flag: a private hook socket. (The log follower is not
+        // pointed at the simulated jobs' logs: PyTorch messages carry no pid, so those events
+        // would not merge with the simulator's own and every OOM would be reported twice.)
+        let config = dir.join(format!("agent-{node}.toml"));
+        let toml = format!(
+            "[hook]\npath = {hook:?}\n",
+            hook = dir.join(format!("hook-{node}.sock")).display().to_string(),
+        );
+        std::fs::write(&config, toml).map_err(|e| setup("agent config")(e.to_string()))?;
         let child = Command::new(&cfg.agent_bin)
             .arg("run")
+            .arg("--config")
+            .arg(&config)
             .args(["--source", "simulator", "--node", node, "--cluster", "demo"])
             .args(["--collector", &collector.addr.to_string(), "--server-name", "localhost"])
             .arg("--ca")
