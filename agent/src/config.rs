@@ -180,6 +180,25 @@ impl AgentConfig {
     }
 }
 
+/// `[spool]`: where batches wait for their acknowledgement.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpoolSection {
+    /// Directory of the on-disk spool (unset: batches are kept in memory, capped by
+    /// `uplink.spool_max_bytes`, and lost when the agent stops).
+    pub dir: Option<PathBuf>,
+    /// Disk cap of the on-disk spool, bytes (oldest samples are dropped beyond it; events never).
+    pub max_bytes: u64,
+    /// `always`, `interval` (at most once a second) or `never`.
+    pub fsync: crate::spool::FsyncPolicy,
+}
+
+impl Default for SpoolSection {
+    fn default() -> Self {
+        SpoolSection { dir: None, max_bytes: 1024 * 1024 * 1024, fsync: crate::spool::FsyncPolicy::Interval }
+    }
+}
+
 /// `[telemetry]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -214,6 +233,8 @@ pub struct AgentConfig {
     pub kmsg: crate::detect::kmsg::KmsgConfig,
     /// Suspected OOMs and event merging.
     pub detect: crate::detect::merge::DetectConfig,
+    /// Spool (memory or disk).
+    pub spool: SpoolSection,
 }
 
 impl AgentConfig {
@@ -249,6 +270,9 @@ impl AgentConfig {
         }
         if self.uplink.batch_interval_ms == 0 || self.uplink.batch_max_rows == 0 {
             return bad("uplink.batch_interval_ms and uplink.batch_max_rows must be > 0");
+        }
+        if self.spool.dir.is_some() && self.spool.max_bytes < 1024 * 1024 {
+            return bad("spool.max_bytes must be at least 1 MiB");
         }
         if self.uplink.idle_timeout_ms < 300 {
             return bad("uplink.idle_timeout_ms must be at least 300");

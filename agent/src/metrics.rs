@@ -72,6 +72,12 @@ pub struct AgentMetrics {
     pub kmsg_overruns: Counter,
     /// Events merged or dropped as duplicates, by rule (`suspected`, `cross_source`, `duplicate`, `evicted`).
     pub merged_events: Family<Labels, Counter>,
+    /// Disk spool: records skipped because their checksum failed (at start-up or when read back).
+    pub spool_corrupt_records: Counter,
+    /// Disk spool: bytes of torn segment tails truncated at start-up.
+    pub spool_truncated_bytes: Counter,
+    /// Disk spool: batches found pending at start-up (re-sent).
+    pub spool_replayed_batches: Counter,
 }
 
 impl AgentMetrics {
@@ -107,6 +113,9 @@ impl AgentMetrics {
             kmsg_unreadable: Gauge::default(),
             kmsg_overruns: Counter::default(),
             merged_events: Family::default(),
+            spool_corrupt_records: Counter::default(),
+            spool_truncated_bytes: Counter::default(),
+            spool_replayed_batches: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("oomlens_agent");
         r.register("gpu_samples", "GPU samples taken", m.gpu_samples.clone());
@@ -150,6 +159,21 @@ impl AgentMetrics {
         r.register("kmsg_unreadable", "1 when the kernel log cannot be read", m.kmsg_unreadable.clone());
         r.register("kmsg_overruns", "Kernel log ring-buffer overruns", m.kmsg_overruns.clone());
         r.register("merged_events", "Events merged or deduplicated, by rule", m.merged_events.clone());
+        r.register(
+            "spool_corrupt_records",
+            "Spool records or ranges skipped because their checksum failed",
+            m.spool_corrupt_records.clone(),
+        );
+        r.register(
+            "spool_truncated_bytes",
+            "Bytes of torn spool segment tails truncated at start-up",
+            m.spool_truncated_bytes.clone(),
+        );
+        r.register(
+            "spool_replayed_batches",
+            "Batches found in the disk spool at start-up and re-sent",
+            m.spool_replayed_batches.clone(),
+        );
         Arc::new(m)
     }
 

@@ -19,7 +19,7 @@ use crate::recorder::{FlightRecorder, RecorderError};
 use crate::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
 use crate::sim::{SimError, Simulator};
 use crate::source::Source;
-use crate::spool::MemorySpool;
+use crate::spool::{DiskSpool, MemorySpool, Spool, SpoolError};
 use crate::uplink::{Uplink, UplinkConfig, UplinkError, UplinkTotals};
 
 /// The agent could not run.
@@ -48,6 +48,28 @@ pub enum RunError {
     /// The sampler thread could not start.
     #[error("cannot start the sampler thread: {0}")]
     Thread(std::io::Error),
+    /// The on-disk spool could not be opened.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+}
+
+/// Opens the configured spool: the disk spool (its boot id and next sequence number carry over
+/// restarts) or the memory spool (a random boot id, sequence numbers from 1).
+pub fn open_spool(
+    cfg: &AgentConfig,
+    metrics: &Arc<AgentMetrics>,
+) -> Result<(Box<dyn Spool>, u64, u64), RunError> {
+    let Some(dir) = &cfg.spool.dir else {
+        return Ok((Box::new(MemorySpool::new(cfg.uplink.spool_max_bytes)), rand::random::<u64>() | 1, 1));
+    };
+    let (mut spool, state) = DiskSpool::open(dir, cfg.spool.max_bytes, cfg.spool.fsync)?;
+    let r = state.recovery;
+    metrics.spool_corrupt_records.inc_by(r.corrupt_ranges);
+    metrics.spool_truncated_bytes.inc_by(r.truncated_bytes);
+    metrics.spool_replayed_batches.inc_by(r.replayed_batches);
+    spool.set_metrics(metrics.clone());
+    info!(dir = %dir.display(), boot_id = state.boot_id, next_seq = state.next_seq, replayed_batches = r.replayed_batches, "disk spool open");
+    Ok((Box::new(spool), state.boot_id, state.next_seq))
 }
 
 /// Builds the configured source.
@@ -81,11 +103,12 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
 
     let start_ms = if cfg.source.start_ms > 0 { cfg.source.start_ms } else { now_ms() };
     let source = open_source(&cfg, start_ms)?;
+    let (spool, boot_id, first_seq) = open_spool(&cfg, &metrics)?;
     let hello = Hello {
         agent_id: cfg.agent.agent_id.clone(),
         node: cfg.agent.node.clone(),
         cluster: cfg.agent.cluster.clone(),
-        boot_id: rand::random::<u64>() | 1,
+        boot_id,
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         gpus: source.inventory(),
     };
@@ -105,7 +128,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
             backoff_max: AgentConfig::ms(u.backoff_max_ms),
         },
         hello,
-        Box::new(MemorySpool::new(u.spool_max_bytes)),
+        spool,
         metrics.clone(),
     )?;
     let (uplink_stop_tx, uplink_stop_rx) = watch::channel(false);
@@ -161,7 +184,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         BatcherConfig {
             flush_every: AgentConfig::ms(u.batch_interval_ms),
             max_rows: u.batch_max_rows,
-            first_seq: 1,
+            first_seq,
         },
         metrics.clone(),
         recorder,

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::metrics::AgentMetrics;
-use crate::spool::{PendingBatch, RowCounts, Spool};
+use crate::spool::{PendingBatch, RowCounts, Spool, SpoolError};
 
 /// Uplink settings.
 #[derive(Debug, Clone)]
@@ -57,6 +57,9 @@ pub enum UplinkError {
     /// A batch could not be encoded.
     #[error(transparent)]
     Encode(#[from] FrameError),
+    /// The spool could not keep a batch.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
 }
 
 /// Why a session ended.
@@ -80,6 +83,8 @@ enum SessionError {
     Protocol(String),
     #[error("collector closed the stream")]
     Closed,
+    #[error("spool: {0}")]
+    Spool(#[from] SpoolError),
 }
 
 impl SessionError {
@@ -94,6 +99,7 @@ impl SessionError {
             SessionError::Refused(_) => "refused",
             SessionError::Protocol(_) => "protocol",
             SessionError::Closed => "closed",
+            SessionError::Spool(_) => "spool",
         }
     }
 }
@@ -402,9 +408,9 @@ impl Uplink {
                     break;
                 }
                 let frame = {
-                    let st = self.shared.lock();
-                    match st.spool.next_after(last_sent) {
-                        Some(b) => (b.seq, b.frame.clone()),
+                    let mut st = self.shared.lock();
+                    match st.spool.next_after(last_sent)? {
+                        Some(b) => (b.seq, b.frame),
                         None => break,
                     }
                 };

@@ -118,3 +118,116 @@ pub async fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool
     }
     f()
 }
+
+/// A loopback address with a free UDP port (for a collector that is stopped and started again).
+pub fn reserve_addr() -> SocketAddr {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The `oomlens-agent` binary of this build profile (`target/<profile>/oomlens-agent`, next to the
+/// test executable's `deps/`), built first when it is missing or older than the agent's sources.
+pub fn agent_binary() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
+        let target_dir = profile_dir.parent().unwrap().to_owned();
+        let bin = profile_dir.join("oomlens-agent");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let sources = ["agent/src", "agent/Cargo.toml", "schema/src", "schema/Cargo.toml", "Cargo.lock"];
+        let newest = sources.iter().filter_map(|p| newest_mtime(&root.join(p))).max();
+        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+        if built.is_some() && built >= newest {
+            return bin;
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "oomlens-agent", "--bin", "oomlens-agent"])
+            .env("CARGO_TARGET_DIR", &target_dir)
+            .current_dir(root);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            other if bin.exists() => {
+                eprintln!("building oomlens-agent failed ({other:?}); using {}", bin.display())
+            }
+            other => panic!("cannot build oomlens-agent ({other:?}) and {} is missing", bin.display()),
+        }
+        bin
+    })
+    .clone()
+}
+
+/// The latest modification time of a file or of any file under a directory.
+fn newest_mtime(path: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path).ok()?.filter_map(|e| e.ok()).filter_map(|e| newest_mtime(&e.path())).max()
+}
+
+/// An `oomlens-agent run` child process with its configuration file and its log (stderr + stdout).
+pub struct AgentProcess {
+    pub child: std::process::Child,
+    pub log: std::path::PathBuf,
+}
+
+impl AgentProcess {
+    /// Writes `cfg` to `<dir>/<name>.toml` and starts the real agent binary with it.
+    pub fn spawn(cfg: &AgentConfig, dir: &Path, name: &str) -> AgentProcess {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, toml::to_string(cfg).unwrap()).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(agent_binary())
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("OOMLENS_LOG", "info")
+            .env_remove("OOMLENS_AGENT_CONFIG")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        AgentProcess { child, log }
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for the exit (polling, so the async runtime keeps serving the collector).
+    pub async fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("agent did not exit within {timeout:?}; log:\n{}", self.log_text());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Everything the agent logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
