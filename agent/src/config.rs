@@ -326,4 +326,23 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("interval_ms"), "{err}");
     }
+
+    #[test]
+    fn recorder_section_defaults_and_ranges() {
+        let cfg = AgentConfig::parse("", Path::new("x.toml")).unwrap().finish().unwrap();
+        let r = cfg.recorder_settings();
+        assert_eq!(
+            (r.enabled, r.window_ms, r.fast_interval_ms, r.normal_interval_ms),
+            (true, 120_000, 100, 1000)
+        );
+        assert_eq!(r.hot_threshold_pct, 90.0);
+        let err = AgentConfig::parse("[recorder]\nfast_interval_ms = 1000\n", Path::new("x.toml"))
+            .unwrap()
+            .finish()
+            .unwrap_err();
+        assert!(err.to_string().contains("recorder.fast_interval_ms"), "{err}");
+        let off = "[source]\ninterval_ms = 50\n[recorder]\nenabled = false\n";
+        let cfg = AgentConfig::parse(off, Path::new("x.toml")).unwrap().finish().unwrap();
+        assert_eq!(cfg.recorder_settings().sample_interval_ms(), 50);
+    }
 }
