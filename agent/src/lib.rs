@@ -3,7 +3,7 @@
 //! * [`source`] — the `Source` trait; [`nvml`] (real GPUs) and [`sim`] (the fleet simulator).
 //! * [`sampler`] — runs a source on its own thread at a fixed interval, builds batches.
 //! * [`recorder`] — the flight recorder: which samples are sent, the window flushed before an OOM.
-//! * [`spool`] — batches kept until acknowledged (in memory; the seam for the disk spool).
+//! * [`spool`] — batches kept until acknowledged: in memory, or in checksummed segment files on disk.
 //! * [`uplink`] — the QUIC client: Hello/Welcome, batches, acks, reconnect and resend.
 //! * [`runner`] — wires a whole agent together (used by `oomlens-agent run` and the tests).
 //! * [`config`] — TOML configuration with CLI/env overrides.

@@ -145,9 +145,21 @@ impl AgentMetrics {
             "Held samples flushed before OOMs, by table",
             m.recorder_flushed_samples.clone(),
         );
-        r.register("recorder_held_samples", "Samples held by the flight recorder, by table", m.recorder_held_samples.clone());
-        r.register("recorder_hot_samples", "GPU samples sent at the fast rate (GPU hot)", m.recorder_hot_samples.clone());
-        r.register("recorder_evicted_samples", "Held samples that aged out unsent", m.recorder_evicted_samples.clone());
+        r.register(
+            "recorder_held_samples",
+            "Samples held by the flight recorder, by table",
+            m.recorder_held_samples.clone(),
+        );
+        r.register(
+            "recorder_hot_samples",
+            "GPU samples sent at the fast rate (GPU hot)",
+            m.recorder_hot_samples.clone(),
+        );
+        r.register(
+            "recorder_evicted_samples",
+            "Held samples that aged out unsent",
+            m.recorder_evicted_samples.clone(),
+        );
         r.register(
             "recorder_clock_resets",
             "Held samples forgotten because the clock went backwards",

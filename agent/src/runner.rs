@@ -146,9 +146,10 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         metrics.clone(),
         detect_stop_rx.clone(),
     );
+    let mut resolver = crate::workload::WorkloadResolver::with_config(cfg.workload.clone());
     let log_task = crate::detect::follow::spawn_configured(
         &cfg.logs,
-        None,
+        Some(Box::new(move |pid| resolver.labels(pid))),
         tx.clone(),
         detect_stop_rx.clone(),
         metrics.clone(),

@@ -507,7 +507,7 @@ impl Job {
     fn end_step(&mut self, ctx: &mut TickCtx<'_>, p: TrainProgram) -> bool {
         let prev = (self.shape.batch, self.shape.seq);
         self.steps += 1;
-        if self.steps % 10 == 0 {
+        if self.steps.is_multiple_of(10) {
             let line = step_line(self.steps, self.loss(ctx.key), self.lr(p.total_steps));
             self.log(&mut ctx.logs, &(line + "\n"), false);
         }
@@ -520,7 +520,7 @@ impl Job {
             self.log(&mut ctx.logs, &line, true);
             return true;
         }
-        if p.eval_every > 0 && self.steps % p.eval_every == 0 {
+        if p.eval_every > 0 && self.steps.is_multiple_of(p.eval_every) {
             self.alloc.end_step(false);
             self.stage = Stage::Eval { t: 0, done: 0 };
         } else {

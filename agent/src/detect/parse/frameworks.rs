@@ -251,10 +251,10 @@ fn tf_tensor(c: &str, f: &mut Fields) {
     if let Some(t) = after(c, "andtype", end) {
         let rest = &c[t..];
         let name_end = rest.find("on/").or_else(|| rest.find("on")).unwrap_or(rest.len());
-        if let (Some(n), Some(sz)) = (elems, dtype_size(&rest[..name_end])) {
-            if let Some(v) = n.checked_mul(sz) {
-                f.requested.get_or_insert(v);
-            }
+        if let (Some(n), Some(sz)) = (elems, dtype_size(&rest[..name_end]))
+            && let Some(v) = n.checked_mul(sz)
+        {
+            f.requested.get_or_insert(v);
         }
     }
     if let Some((g, _)) = after(c, "/device:gpu:", end).and_then(|q| u32_at(c, q)) {

@@ -126,10 +126,10 @@ fn extract_1x(t: &str, p: usize, f: &mut Fields) {
 }
 
 fn extract_2x(t: &str, anchor: usize, h: usize, f: &mut Fields) {
-    if let Some(g) = t.get(anchor..h).and_then(|s| s.rfind("gpu")) {
-        if let Some((gpu, _)) = u32_at(t, anchor + g + 3) {
-            f.gpu.get_or_insert(gpu);
-        }
+    if let Some(g) = t.get(anchor..h).and_then(|s| s.rfind("gpu"))
+        && let Some((gpu, _)) = u32_at(t, anchor + g + 3)
+    {
+        f.gpu.get_or_insert(gpu);
     }
     let cap_at = after(t, "capacityof", h).or_else(|| after(t, "capactyof", h));
     if let Some((v, e)) = cap_at.and_then(|p| size_at(t, p, false)) {
@@ -146,17 +146,15 @@ fn extract_2x(t: &str, anchor: usize, h: usize, f: &mut Fields) {
         if let Some((pid, e)) = u32_at(t, p) {
             if let Some((v, _)) =
                 after(t, "has", e).filter(|q| *q == e + 3).and_then(|q| size_at(t, q, false))
+                && others.len() < MAX_PROCESSES
             {
-                if others.len() < MAX_PROCESSES {
-                    others.push(OtherProcess { pid, used_bytes: v });
-                }
+                others.push(OtherProcess { pid, used_bytes: v });
             }
-        } else if t.get(..p).is_some_and(|s| s.ends_with("thisprocess")) {
-            if let Some((v, _)) =
+        } else if t.get(..p).is_some_and(|s| s.ends_with("thisprocess"))
+            && let Some((v, _)) =
                 t.get(p..).filter(|s| s.starts_with("has")).and_then(|_| size_at(t, p + 3, false))
-            {
-                f.process_used.get_or_insert(v);
-            }
+        {
+            f.process_used.get_or_insert(v);
         }
     }
     if f.other_processes.is_empty() {
