@@ -14,21 +14,8 @@ use oomlens_schema::Phase;
 
 use super::memory::AllocKind;
 
-/// `c10::format_size`.
-pub(crate) fn format_size(bytes: u64) -> String {
-    const KIB: u64 = 1024;
-    const MIB: u64 = 1024 * 1024;
-    const GIB: u64 = 1024 * 1024 * 1024;
-    if bytes <= KIB {
-        format!("{bytes} bytes")
-    } else if bytes <= MIB {
-        format!("{:.2} KiB", bytes as f64 / KIB as f64)
-    } else if bytes <= GIB {
-        format!("{:.2} MiB", bytes as f64 / MIB as f64)
-    } else {
-        format!("{:.2} GiB", bytes as f64 / GIB as f64)
-    }
-}
+/// `c10::format_size`, shared with the log parser that reads these messages back.
+pub(crate) use crate::detect::parse::units::format_size;
 
 /// Which PyTorch release a job runs (decides the message format and the exception name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
