@@ -9,29 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sim::SimConfig;
 
-/// Configuration failed to load or validate.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// File.
-        path: PathBuf,
-        /// Error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML for this schema.
-    #[error("invalid config file {path}: {message}")]
-    Parse {
-        /// File.
-        path: PathBuf,
-        /// Parser message (names the key and line).
-        message: String,
-    },
-    /// A value is out of range.
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use oomlens_schema::config::ConfigError;
 
 /// Which source feeds the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -247,7 +225,7 @@ impl AgentConfig {
 
     /// Parses TOML text (`path` only names it in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+        oomlens_schema::config::parse_toml(text, path)
     }
 
     /// Fills derived defaults (host name, agent id) and checks ranges.

@@ -11,29 +11,7 @@ use serde::Deserialize;
 use crate::clickhouse::ChConfig;
 use crate::server::ServerConfig;
 
-/// Configuration failed to load or validate.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// File.
-        path: PathBuf,
-        /// Error.
-        source: std::io::Error,
-    },
-    /// Not valid TOML for this schema.
-    #[error("invalid config file {path}: {message}")]
-    Parse {
-        /// File.
-        path: PathBuf,
-        /// Parser message (names the key and line).
-        message: String,
-    },
-    /// A value is out of range.
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use oomlens_schema::config::ConfigError;
 
 /// `[collector]`: the QUIC listener.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -98,10 +76,7 @@ pub struct CollectorConfig {
 impl CollectorConfig {
     /// Reads a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+        oomlens_schema::config::load_toml(path)
     }
 
     /// Fills derived defaults and checks ranges.

@@ -8,6 +8,7 @@
 //!   and the row structs the collector inserts.
 //! * `transport`, `tls` (feature `quic`) — frame I/O on QUIC streams and the mutual-TLS set-up,
 //!   shared by agent and collector.
+//! * `config` (feature `config`) — loading TOML configuration files, shared by both binaries.
 //! * `telemetry` (feature `telemetry`) — the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 //!
 //! Without features the crate is pure: no I/O, no async, no global state.
@@ -17,6 +18,8 @@ pub mod limits;
 pub mod scenario;
 pub mod wire;
 
+#[cfg(feature = "config")]
+pub mod config;
 #[cfg(feature = "clickhouse")]
 pub mod ddl;
 #[cfg(feature = "clickhouse")]
