@@ -72,6 +72,30 @@ pub(crate) struct TrainProgram {
     pub seq: SeqPolicy,
 }
 
+impl TrainProgram {
+    /// A training run without evaluation at a fixed batch: the shape of every failure template.
+    pub(crate) fn without_eval(
+        total_steps: u64,
+        step_ms: (u32, u32),
+        load_ticks: u32,
+        opt_init_ticks: u32,
+        seq: SeqPolicy,
+    ) -> Self {
+        TrainProgram {
+            total_steps,
+            step_ms,
+            load_ticks,
+            opt_init_ticks,
+            eval_every: 0,
+            eval_ticks: 1,
+            eval_batch: 1,
+            empty_cache_after_eval: false,
+            batch: BatchPolicy::Fixed,
+            seq,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ServeProgram {
     pub load_ticks: u32,

@@ -500,18 +500,13 @@ fn static_job(env: &mut Env<'_>) -> Option<JobSpec> {
         .find(|a| ctx + base_shape(*a, prec, opt, par).static_bytes() >= need)
         .unwrap_or(ARCHS[ARCHS.len() - 1]);
     let shape = Shape { batch: env.rng.random_range(1..=4), ckpt: true, ..base_shape(arch, prec, opt, par) };
-    let program = TrainProgram {
-        total_steps: 1000,
-        step_ms: (1500, 3000),
-        load_ticks: env.rng.random_range(30..=120),
-        opt_init_ticks: env.rng.random_range(5..=20),
-        eval_every: 0,
-        eval_ticks: 1,
-        eval_batch: 1,
-        empty_cache_after_eval: false,
-        batch: BatchPolicy::Fixed,
-        seq: SeqPolicy::fixed(2048),
-    };
+    let program = TrainProgram::without_eval(
+        1000,
+        (1500, 3000),
+        env.rng.random_range(30..=120),
+        env.rng.random_range(5..=20),
+        SeqPolicy::fixed(2048),
+    );
     let host = host_spec(env, 4, None);
     let base = format!("{}-{}", arch.name, env.pick(TASKS));
     Some(train_spec(env, Template::Static, &base, Kind::Train, ctx, shape, program, 0.0, 1.0, host))
@@ -531,18 +526,13 @@ fn batch_job(env: &mut Env<'_>) -> Option<JobSpec> {
         let seq = env.pick(&[1024, 2048, 4096]);
         let shape =
             Shape { seq, ckpt: env.rng.random_bool(0.3), ..base_shape(arch, prec, Optimizer::AdamW, par) };
-        let program = TrainProgram {
-            total_steps: 100_000,
-            step_ms: step_range(env, (500, 3000)),
-            load_ticks: env.rng.random_range(20..=100),
-            opt_init_ticks: env.rng.random_range(3..=15),
-            eval_every: 0,
-            eval_ticks: 1,
-            eval_batch: 1,
-            empty_cache_after_eval: false,
-            batch: BatchPolicy::Fixed,
-            seq: SeqPolicy::fixed(seq),
-        };
+        let program = TrainProgram::without_eval(
+            100_000,
+            step_range(env, (500, 3000)),
+            env.rng.random_range(20..=100),
+            env.rng.random_range(3..=15),
+            SeqPolicy::fixed(seq),
+        );
         let host = host_spec(env, 4, None);
         let base = format!("{}-{}", arch.name, env.pick(TASKS));
         let mut spec =
@@ -583,18 +573,13 @@ fn sequence_job(env: &mut Env<'_>) -> Option<JobSpec> {
         let batch = if env.rng.random_bool(0.7) { 1 } else { 2 };
         let shape =
             Shape { batch, flash: false, ckpt: true, ..base_shape(arch, prec, Optimizer::AdamW, par) };
-        let program = TrainProgram {
-            total_steps: 100_000,
-            step_ms: step_range(env, (1000, 3000)),
-            load_ticks: env.rng.random_range(20..=100),
-            opt_init_ticks: env.rng.random_range(3..=15),
-            eval_every: 0,
-            eval_ticks: 1,
-            eval_batch: 1,
-            empty_cache_after_eval: false,
-            batch: BatchPolicy::Fixed,
-            seq: SeqPolicy::fixed(1024),
-        };
+        let program = TrainProgram::without_eval(
+            100_000,
+            step_range(env, (1000, 3000)),
+            env.rng.random_range(20..=100),
+            env.rng.random_range(3..=15),
+            SeqPolicy::fixed(1024),
+        );
         let host = host_spec(env, 4, None);
         let base = format!("{}-longdoc-{}", arch.name, env.pick(&["sft", "finetune", "qa"]));
         let mut spec =
@@ -646,18 +631,13 @@ fn fragmentation_job(env: &mut Env<'_>) -> Option<JobSpec> {
         let Some(b) = largest_batch(512, modest) else {
             continue;
         };
-        let program = TrainProgram {
-            total_steps: 100_000,
-            step_ms: step_range(env, (500, 800)),
-            load_ticks: env.rng.random_range(20..=60),
-            opt_init_ticks: env.rng.random_range(3..=10),
-            eval_every: 0,
-            eval_ticks: 1,
-            eval_batch: 1,
-            empty_cache_after_eval: false,
-            batch: BatchPolicy::Fixed,
-            seq: SeqPolicy { min: 256, max: s_max, multiple: 64, long: None },
-        };
+        let program = TrainProgram::without_eval(
+            100_000,
+            step_range(env, (500, 800)),
+            env.rng.random_range(20..=60),
+            env.rng.random_range(3..=10),
+            SeqPolicy { min: 256, max: s_max, multiple: 64, long: None },
+        );
         let churn = env.frac(0.06, 0.12);
         let host = host_spec(env, 4, None);
         let base =
