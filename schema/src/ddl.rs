@@ -8,6 +8,10 @@
 //! [`check_columns`] compares a table's `DESCRIBE TABLE` answer with the Row struct the collector
 //! writes, because with schema validation off (as 18.16 requires) a mismatched type would decode
 //! to garbage without an error.
+//!
+//! On a ClickHouse cluster ([`ClusterDdl`], [`schema_sql`]) every table becomes a storage table
+//! `<table>_local` on each shard (plain or `Replicated*` engine) and a `Distributed` table
+//! `<table>` sharded by [`SHARDING_KEY`], so queries and inserts keep the plain names.
 
 use std::fmt::Write as _;
 
@@ -60,6 +64,8 @@ impl ServerVersion {
             codecs: self.at_least(19, 10),
             ttl: self.at_least(19, 6),
             datetime64: self.at_least(20, 1),
+            insert_dedup: self.at_least(20, 10),
+            dedup_token: self.at_least(22, 2),
         }
     }
 }
@@ -75,7 +81,17 @@ pub struct ServerCaps {
     pub ttl: bool,
     /// `DateTime64` and `fromUnixTimestamp64Milli` (20.1+).
     pub datetime64: bool,
+    /// The MergeTree setting `non_replicated_deduplication_window` (20.10+): a plain MergeTree
+    /// remembers the hashes of its last inserted blocks and drops a block inserted again.
+    pub insert_dedup: bool,
+    /// The `insert_deduplication_token` insert setting (22.2+): the caller names the insert, and
+    /// a retried insert with the same token is dropped (see `collector/src/clickhouse/sink.rs`).
+    pub dedup_token: bool,
 }
+
+/// Inserted blocks per table whose hashes (or tokens) the server keeps for deduplication, where
+/// it can ([`ServerCaps::insert_dedup`]). Generous: a collector flushes a few times per second.
+pub const DEDUP_WINDOW: u32 = 10_000;
 
 /// Table engine family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,17 +187,52 @@ impl TableSpec {
 
     /// `CREATE TABLE IF NOT EXISTS` for this server.
     pub fn create_sql(&self, database: &str, caps: ServerCaps, retention: Retention) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {database}.{} (\n", self.name);
+        self.render_create(
+            &format!("{database}.{}", self.name),
+            None,
+            &self.engine_sql(None),
+            caps,
+            retention,
+        )
+    }
+
+    /// The `ENGINE` expression; `replicated` gives the `Replicated*` variant with its ZooKeeper
+    /// path and replica name.
+    fn engine_sql(&self, replicated: Option<(&str, &str)>) -> String {
+        let (prefix, mut args) = match replicated {
+            Some((path, replica)) => ("Replicated", vec![format!("'{path}'"), format!("'{replica}'")]),
+            None => ("", Vec::new()),
+        };
+        let family = match self.engine {
+            Engine::MergeTree => "MergeTree",
+            Engine::ReplacingMergeTree(version) => {
+                args.extend(version.map(str::to_owned));
+                "ReplacingMergeTree"
+            }
+        };
+        format!("{prefix}{family}({})", args.join(", "))
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS <table> [ON CLUSTER …]` with this table's columns, `engine`,
+    /// partitioning, sort key and (where the server has it) TTL.
+    fn render_create(
+        &self,
+        table: &str,
+        on_cluster: Option<&str>,
+        engine: &str,
+        caps: ServerCaps,
+        retention: Retention,
+    ) -> String {
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {table}");
+        if let Some(cluster) = on_cluster {
+            let _ = write!(sql, " ON CLUSTER {cluster}");
+        }
+        sql.push_str(" (\n");
         for col in &self.columns {
             let _ = write!(sql, "    {}", Self::column_definition(col, caps));
             sql.push_str(",\n");
         }
         let _ = writeln!(sql, "    {}", ts_alias(caps));
-        let engine = match self.engine {
-            Engine::MergeTree => "MergeTree()".to_owned(),
-            Engine::ReplacingMergeTree(None) => "ReplacingMergeTree()".to_owned(),
-            Engine::ReplacingMergeTree(Some(version)) => format!("ReplacingMergeTree({version})"),
-        };
         let partition = match self.partition {
             Partition::Day => "toYYYYMMDD",
             Partition::Month => "toYYYYMM",
@@ -194,6 +245,9 @@ impl TableSpec {
         let days = self.retention_days(retention);
         if caps.ttl && days > 0 {
             let _ = write!(sql, "\nTTL {TS_SECONDS_EXPR} + INTERVAL {days} DAY");
+        }
+        if caps.insert_dedup {
+            let _ = write!(sql, "\nSETTINGS non_replicated_deduplication_window = {DEDUP_WINDOW}");
         }
         sql
     }
@@ -214,6 +268,128 @@ pub fn ts_alias(caps: ServerCaps) -> &'static str {
         "ts DateTime64(3, 'UTC') ALIAS fromUnixTimestamp64Milli(ts_ms, 'UTC')"
     } else {
         "ts DateTime('UTC') ALIAS toDateTime(intDiv(ts_ms, 1000), 'UTC')"
+    }
+}
+
+/// Suffix of the per-shard storage tables in cluster mode (`gpu_samples_local`, …).
+pub const LOCAL_SUFFIX: &str = "_local";
+
+/// Sharding key of the `Distributed` tables: every row of one node lands on one shard, so the
+/// per-node deduplication (`LIMIT 1 BY cluster, node, event_id`, the `ReplacingMergeTree` merges
+/// of `oom_events` and `agents`) never needs rows from two shards.
+pub const SHARDING_KEY: &str = "cityHash64(cluster, node)";
+
+/// A ClickHouse cluster (`remote_servers`) the tables are spread over: per table a storage table
+/// `<table>_local` on every shard and a `Distributed` table `<table>` in front of them, so every
+/// query and insert keeps using the plain table names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDdl {
+    /// Cluster name as in the servers' `remote_servers` (a plain identifier).
+    pub name: String,
+    /// Render `ON CLUSTER <name>`: one statement creates the table on every host through the
+    /// distributed DDL queue (needs ZooKeeper / ClickHouse Keeper). Without it the statements are
+    /// run on every host separately.
+    pub on_cluster: bool,
+    /// Storage tables use `ReplicatedMergeTree` / `ReplicatedReplacingMergeTree` with the
+    /// `{shard}` and `{replica}` macros (needs ZooKeeper / Keeper and `<macros>` on every host).
+    pub replicated: bool,
+}
+
+impl ClusterDdl {
+    fn on_cluster(&self) -> Option<&str> {
+        self.on_cluster.then_some(self.name.as_str())
+    }
+}
+
+impl TableSpec {
+    /// The per-shard storage table's name, `<table>_local`.
+    pub fn local_name(&self) -> String {
+        format!("{}{LOCAL_SUFFIX}", self.name)
+    }
+
+    /// The ZooKeeper path of a replicated storage table: one per shard, table and database.
+    pub fn replication_path(&self, database: &str) -> String {
+        format!("/clickhouse/tables/{{shard}}/{database}/{}", self.name)
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS <db>.<table>_local` — the storage table on each shard.
+    pub fn create_local_sql(
+        &self,
+        database: &str,
+        caps: ServerCaps,
+        retention: Retention,
+        cluster: &ClusterDdl,
+    ) -> String {
+        let path = self.replication_path(database);
+        let engine = self.engine_sql(cluster.replicated.then_some((path.as_str(), "{replica}")));
+        self.render_create(
+            &format!("{database}.{}", self.local_name()),
+            cluster.on_cluster(),
+            &engine,
+            caps,
+            retention,
+        )
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS <db>.<table>` as `Distributed(cluster, db, <table>_local,
+    /// cityHash64(cluster, node))` with the same columns (types as on the shards, no codecs).
+    pub fn create_distributed_sql(&self, database: &str, caps: ServerCaps, cluster: &ClusterDdl) -> String {
+        let mut sql = format!("CREATE TABLE IF NOT EXISTS {database}.{}", self.name);
+        if let Some(name) = cluster.on_cluster() {
+            let _ = write!(sql, " ON CLUSTER {name}");
+        }
+        sql.push_str(" (\n");
+        for col in &self.columns {
+            let _ = writeln!(sql, "    {} {},", col.name, Self::column_type(col, caps));
+        }
+        let _ = writeln!(sql, "    {}", ts_alias(caps));
+        let _ = write!(
+            sql,
+            ")\nENGINE = Distributed({}, {database}, {}, {SHARDING_KEY})",
+            cluster.name,
+            self.local_name()
+        );
+        sql
+    }
+
+    /// `ALTER TABLE <table> [ON CLUSTER …] ADD COLUMN …` for a column a newer collector writes.
+    pub fn add_column_sql(
+        table: &str,
+        col: &ColumnDef,
+        caps: ServerCaps,
+        on_cluster: Option<&str>,
+    ) -> String {
+        let on = on_cluster.map(|c| format!(" ON CLUSTER {c}")).unwrap_or_default();
+        format!("ALTER TABLE {table}{on} ADD COLUMN {}", Self::column_definition(col, caps))
+    }
+}
+
+/// `CREATE DATABASE IF NOT EXISTS` (`ON CLUSTER` when the cluster asks for it).
+pub fn create_database_sql(database: &str, cluster: Option<&ClusterDdl>) -> String {
+    match cluster.and_then(ClusterDdl::on_cluster) {
+        Some(name) => format!("CREATE DATABASE IF NOT EXISTS {database} ON CLUSTER {name}"),
+        None => format!("CREATE DATABASE IF NOT EXISTS {database}"),
+    }
+}
+
+/// Every statement of the schema in execution order: for one server the tables; for a cluster
+/// the database, then per table its `_local` storage table and its `Distributed` table.
+pub fn schema_sql(
+    database: &str,
+    caps: ServerCaps,
+    retention: Retention,
+    cluster: Option<&ClusterDdl>,
+) -> Vec<String> {
+    match cluster {
+        None => tables().iter().map(|t| t.create_sql(database, caps, retention)).collect(),
+        Some(c) => std::iter::once(create_database_sql(database, Some(c)))
+            .chain(tables().iter().flat_map(|t| {
+                [
+                    t.create_local_sql(database, caps, retention, c),
+                    t.create_distributed_sql(database, caps, c),
+                ]
+            }))
+            .collect(),
     }
 }
 
@@ -332,6 +508,18 @@ mod tests {
         assert!(sql.contains("CODEC(Delta, ZSTD(1))"), "{sql}");
         assert!(sql.contains("TTL toDateTime(intDiv(ts_ms, 1000), 'UTC') + INTERVAL 30 DAY"), "{sql}");
         assert!(sql.contains("DateTime64(3, 'UTC')"), "{sql}");
+        assert!(sql.ends_with("SETTINGS non_replicated_deduplication_window = 10000"), "{sql}");
+    }
+
+    #[test]
+    fn insert_dedup_is_gated_by_version() {
+        let caps = |v: &str| v.parse::<ServerVersion>().unwrap().caps();
+        assert!(!caps("18.16.1").insert_dedup && !caps("18.16.1").dedup_token);
+        assert!(!caps("20.9.1").insert_dedup && caps("20.10.1").insert_dedup);
+        assert!(!caps("22.1.3").dedup_token && caps("22.2.1").dedup_token);
+        for t in tables() {
+            assert!(!t.create_sql("oomlens", caps("18.16.1"), Retention::default()).contains("SETTINGS"));
+        }
     }
 
     #[test]
@@ -352,5 +540,72 @@ mod tests {
         let errs = check_columns(spec, &described);
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!(rowbinary_type("Array(LowCardinality(String))"), "Array(String)");
+    }
+
+    #[test]
+    fn cluster_ddl_has_local_storage_and_distributed_fronts() {
+        let caps = "18.16.1".parse::<ServerVersion>().unwrap().caps();
+        let plain = ClusterDdl { name: "oomlens_c".into(), on_cluster: false, replicated: false };
+        let stmts = schema_sql("db1", caps, Retention::default(), Some(&plain));
+        assert_eq!(stmts.len(), 1 + 2 * tables().len());
+        assert_eq!(stmts[0], "CREATE DATABASE IF NOT EXISTS db1");
+        for (i, t) in tables().iter().enumerate() {
+            let local = &stmts[1 + 2 * i];
+            let dist = &stmts[2 + 2 * i];
+            assert!(
+                local.starts_with(&format!("CREATE TABLE IF NOT EXISTS db1.{}_local (", t.name)),
+                "{local}"
+            );
+            // Same storage as on one server, only the name differs.
+            let single = t.create_sql("db1", caps, Retention::default());
+            assert_eq!(local.replacen(&format!("{}_local", t.name), t.name, 1), single);
+            assert!(dist.starts_with(&format!("CREATE TABLE IF NOT EXISTS db1.{} (", t.name)), "{dist}");
+            assert!(
+                dist.ends_with(&format!(
+                    "ENGINE = Distributed(oomlens_c, db1, {}_local, cityHash64(cluster, node))",
+                    t.name
+                )),
+                "{dist}"
+            );
+            for col in &t.columns {
+                assert!(dist.contains(&format!("    {} ", col.name)), "{dist}");
+            }
+            assert!(!dist.contains("PARTITION") && !dist.contains("ON CLUSTER"), "{dist}");
+        }
+    }
+
+    #[test]
+    fn replicated_on_cluster_ddl() {
+        let caps = "26.9.1".parse::<ServerVersion>().unwrap().caps();
+        let c = ClusterDdl { name: "prod".into(), on_cluster: true, replicated: true };
+        let stmts = schema_sql("oomlens", caps, Retention::default(), Some(&c));
+        assert_eq!(stmts[0], "CREATE DATABASE IF NOT EXISTS oomlens ON CLUSTER prod");
+        let all = stmts.join(";\n");
+        assert!(all.contains(
+            "CREATE TABLE IF NOT EXISTS oomlens.gpu_samples_local ON CLUSTER prod (\n    cluster LowCardinality(String)"
+        ));
+        assert!(all.contains(
+            "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/oomlens/gpu_samples', '{replica}')"
+        ));
+        assert!(all.contains(
+            "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/oomlens/oom_events', '{replica}')"
+        ));
+        assert!(all.contains(
+            "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/oomlens/agents', '{replica}', last_seq)"
+        ));
+        assert!(all.contains("CREATE TABLE IF NOT EXISTS oomlens.agents ON CLUSTER prod ("));
+        // Codecs and TTL only on the storage tables.
+        let dist = tables()[0].create_distributed_sql("oomlens", caps, &c);
+        assert!(!dist.contains("CODEC") && !dist.contains("TTL"), "{dist}");
+        assert!(dist.contains("cluster LowCardinality(String)"), "{dist}");
+        let col = &tables()[0].columns[0];
+        assert_eq!(
+            TableSpec::add_column_sql("oomlens.gpu_samples_local", col, caps, Some("prod")),
+            "ALTER TABLE oomlens.gpu_samples_local ON CLUSTER prod ADD COLUMN cluster LowCardinality(String)"
+        );
+        // One server: unchanged.
+        let single = schema_sql("oomlens", caps, Retention::default(), None);
+        assert_eq!(single.len(), tables().len());
+        assert!(single.iter().all(|s| !s.contains("_local") && !s.contains("Distributed")));
     }
 }
