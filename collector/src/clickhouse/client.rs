@@ -4,13 +4,24 @@
 //! nor `describe_include_subcolumns`) and LZ4 compression. Queries bind values with the client's
 //! `?` placeholders (18.16 has no server-side parameters); the database name is validated as a
 //! plain identifier before it is spliced into SQL. Every request has a timeout.
+//!
+//! In cluster mode (`clickhouse.cluster`) every request carries `insert_distributed_sync = 1`, so an
+//! insert into a `Distributed` table returns only once every shard has stored its rows (the
+//! collector acknowledges a batch only after that), and [`Ch::connect`] resolves the cluster's
+//! replicas ([`super::cluster`]) for migrations, the schema check and retention.
 
 use std::future::Future;
 use std::time::Duration;
 
 use oomlens_schema::ddl::{BadVersion, Retention, SchemaMismatch, ServerCaps, ServerVersion};
 
+use super::cluster::{SharedTopology, Topology};
 use super::config::ChConfig;
+
+/// The setting that makes an `INSERT` into a `Distributed` table synchronous: it returns after
+/// every shard stored its block (ClickHouse 1.1+, 18.16 included; on 23.x+ an alias of
+/// `distributed_foreground_insert`).
+pub const DISTRIBUTED_SYNC_SETTING: &str = "insert_distributed_sync";
 
 /// Errors talking to ClickHouse.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +96,7 @@ pub struct Ch {
     version: ServerVersion,
     retention: Retention,
     timeout: Duration,
+    cluster: Option<SharedTopology>,
 }
 
 impl std::fmt::Debug for Ch {
@@ -93,20 +105,34 @@ impl std::fmt::Debug for Ch {
             .field("url", &self.url)
             .field("database", &self.database)
             .field("version", &self.version)
+            .field("cluster", &self.cluster.as_ref().map(|t| &t.ddl.name))
             .finish_non_exhaustive()
     }
 }
 
 impl Ch {
-    /// Builds the client and asks the server for its version.
+    /// Builds the client and asks the server for its version; in cluster mode also reads the
+    /// cluster's replicas from `system.clusters` and connects to each (see [`super::cluster`]).
     pub async fn connect(cfg: &ChConfig) -> Result<Ch, ChError> {
+        let mut ch = Self::connect_server(cfg).await?;
+        if cfg.is_cluster() {
+            ch.cluster = Some(super::cluster::resolve(&ch, cfg).await?.into());
+        }
+        Ok(ch)
+    }
+
+    /// [`Self::connect`] without resolving the cluster's replicas.
+    pub(crate) async fn connect_server(cfg: &ChConfig) -> Result<Ch, ChError> {
         cfg.validate().map_err(ChError::InvalidConfig)?;
-        let client = clickhouse::Client::default()
+        let mut client = clickhouse::Client::default()
             .with_url(cfg.url.clone())
             .with_user(cfg.user.clone())
             .with_password(cfg.password.clone())
             .with_compression(clickhouse::Compression::Lz4)
             .with_validation(false);
+        if cfg.is_cluster() {
+            client = client.with_setting(DISTRIBUTED_SYNC_SETTING, "1");
+        }
         let mut ch = Ch {
             client,
             url: cfg.url.clone(),
@@ -114,6 +140,7 @@ impl Ch {
             version: ServerVersion { major: 0, minor: 0, patch: 0 },
             retention: cfg.retention,
             timeout: cfg.request_timeout(),
+            cluster: None,
         };
         let text = ch
             .run("SELECT version()", ch.client.query("SELECT version()").fetch_one::<String>())
@@ -133,6 +160,11 @@ impl Ch {
         ch.version = text.parse()?;
         tracing::info!(url = %ch.url, version = %ch.version, "connected to ClickHouse");
         Ok(ch)
+    }
+
+    /// The cluster the tables are spread over (cluster mode), with every shard replica.
+    pub fn topology(&self) -> Option<&Topology> {
+        self.cluster.as_deref()
     }
 
     /// The server version.

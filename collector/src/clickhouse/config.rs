@@ -31,6 +31,20 @@ pub struct ChConfig {
     pub queue_capacity: usize,
     /// Timeout of one request (query or insert), in ms.
     pub request_timeout_ms: u64,
+    /// ClickHouse cluster (a name in the servers' `<remote_servers>`) to spread the tables over:
+    /// `<table>_local` storage tables on every shard and `Distributed` tables `<table>` in front
+    /// of them, inserts with `insert_distributed_sync = 1`. Empty: one server.
+    pub cluster: String,
+    /// Cluster mode: create the tables with `ON CLUSTER` DDL (needs ZooKeeper / ClickHouse Keeper).
+    /// Off: the collector runs the idempotent DDL on every shard replica itself.
+    pub on_cluster_ddl: bool,
+    /// Cluster mode: `Replicated*MergeTree` storage tables (ZooKeeper path
+    /// `/clickhouse/tables/{shard}/<database>/<table>`, replica `{replica}`; needs Keeper and the
+    /// `{shard}`/`{replica}` macros on every host).
+    pub replicated: bool,
+    /// Cluster mode: HTTP URL of every shard replica. Empty: derived from `url` by replacing its
+    /// host with each host of `system.clusters` (which lists native TCP ports, not HTTP ports).
+    pub shard_urls: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +76,10 @@ impl Default for ChConfig {
             insert_max_delay_ms: 250,
             queue_capacity: 256,
             request_timeout_ms: 30_000,
+            cluster: String::new(),
+            on_cluster_ddl: false,
+            replicated: false,
+            shard_urls: Vec::new(),
         }
     }
 }
@@ -82,8 +100,29 @@ impl ChConfig {
         Duration::from_millis(self.request_timeout_ms)
     }
 
+    /// True when the tables are spread over a cluster ([`Self::cluster`] is set).
+    pub fn is_cluster(&self) -> bool {
+        !self.cluster.is_empty()
+    }
+
     /// Checks values that would otherwise fail late (or be spliced into DDL).
     pub fn validate(&self) -> Result<(), String> {
+        if self.is_cluster() && !is_identifier(&self.cluster) {
+            return Err(format!(
+                "clickhouse.cluster {:?} is not a plain identifier (letters, digits, '_', not starting with a digit)",
+                self.cluster
+            ));
+        }
+        if !self.is_cluster() && (self.on_cluster_ddl || self.replicated || !self.shard_urls.is_empty()) {
+            return Err(
+                "clickhouse.on_cluster_ddl, replicated and shard_urls need clickhouse.cluster".to_owned()
+            );
+        }
+        if let Some(bad) =
+            self.shard_urls.iter().find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return Err(format!("clickhouse.shard_urls entry {bad:?} must start with http:// or https://"));
+        }
         if !is_identifier(&self.database) {
             return Err(format!(
                 "clickhouse.database {:?} is not a plain identifier (letters, digits, '_', not starting with a digit)",
@@ -135,5 +174,23 @@ mod tests {
         cfg.url = "127.0.0.1:8123".into();
         assert!(cfg.validate().is_err());
         assert!(!is_identifier("1abc") && !is_identifier("") && is_identifier("_a1"));
+    }
+
+    #[test]
+    fn cluster_fields() {
+        let cfg: ChConfig = toml::from_str(
+            "cluster = 'oomlens_prod'\nshard_urls = ['http://a:8123', 'https://b:8443']\non_cluster_ddl = true",
+        )
+        .unwrap();
+        assert!(cfg.is_cluster() && cfg.on_cluster_ddl && !cfg.replicated);
+        assert_eq!(cfg.shard_urls.len(), 2);
+        assert!(cfg.validate().is_ok());
+        assert!(!ChConfig::default().is_cluster());
+        let bad = ChConfig { cluster: "a-b".into(), ..ChConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("clickhouse.cluster"));
+        let bad = ChConfig { shard_urls: vec!["http://a:1".into()], ..ChConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("need clickhouse.cluster"));
+        let bad = ChConfig { cluster: "c".into(), shard_urls: vec!["a:1".into()], ..ChConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("shard_urls"));
     }
 }

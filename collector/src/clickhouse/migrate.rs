@@ -5,10 +5,20 @@
 //! table lacks, and ends with [`Ch::check_schema`]. The check reads `system.columns` (same columns on
 //! 18.16 and modern servers, unlike `DESCRIBE TABLE`) and compares every table with its Row struct:
 //! with schema validation off, a mismatched type would otherwise decode to garbage silently.
+//!
+//! In cluster mode ([`Ch::topology`]) every table is a `<table>_local` storage table on each shard
+//! replica plus a `Distributed` table `<table>` on each replica. With `on_cluster_ddl` a table or
+//! column missing anywhere is created by one `ON CLUSTER` statement sent to the configured server
+//! (ZooKeeper / Keeper runs it everywhere); otherwise the same idempotent steps run on every
+//! replica directly. The schema check always reads every replica.
 
-use oomlens_schema::ddl::{DescribedColumn, SchemaMismatch, TableSpec, check_columns, tables};
+use oomlens_schema::ddl::{
+    ClusterDdl, DescribedColumn, SchemaMismatch, ServerCaps, TableSpec, check_columns, create_database_sql,
+    tables,
+};
 
 use super::client::{Ch, ChError};
+use super::cluster::Topology;
 
 /// What [`Ch::migrate`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,9 +52,51 @@ struct ColumnInfo {
     default_kind: String,
 }
 
+/// One table of the cluster layout: the storage table or the `Distributed` one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Local,
+    Distributed,
+}
+
+impl Part {
+    fn table(self, spec: &TableSpec) -> String {
+        match self {
+            Part::Local => spec.local_name(),
+            Part::Distributed => spec.name.to_owned(),
+        }
+    }
+
+    /// The server's capabilities as they apply to this table: `Distributed` tables get no codecs.
+    fn caps(self, caps: ServerCaps) -> ServerCaps {
+        match self {
+            Part::Local => caps,
+            Part::Distributed => ServerCaps { codecs: false, ..caps },
+        }
+    }
+
+    fn create_sql(self, ch: &Ch, spec: &TableSpec, ddl: &ClusterDdl) -> String {
+        match self {
+            Part::Local => spec.create_local_sql(ch.database(), ch.caps(), ch.retention(), ddl),
+            Part::Distributed => spec.create_distributed_sql(ch.database(), ch.caps(), ddl),
+        }
+    }
+}
+
+const ON_CLUSTER_HINT: &str = "ON CLUSTER DDL (needs ZooKeeper or ClickHouse Keeper and <distributed_ddl> on \
+                               every host; without them set clickhouse.on_cluster_ddl = false and the \
+                               collector runs the DDL on every replica itself)";
+
 impl Ch {
     /// Creates or upgrades the database and tables, then checks the schema. Idempotent.
     pub async fn migrate(&self) -> Result<MigrateReport, ChError> {
+        match self.topology() {
+            None => self.migrate_single().await,
+            Some(topology) => self.migrate_cluster(topology).await,
+        }
+    }
+
+    async fn migrate_single(&self) -> Result<MigrateReport, ChError> {
         let caps = self.caps();
         let mut report = MigrateReport::default();
         self.execute(&format!("CREATE DATABASE IF NOT EXISTS {}", self.database())).await?;
@@ -72,12 +124,131 @@ impl Ch {
         Ok(report)
     }
 
-    /// Compares every table with the Row struct the collector writes; lists every problem.
+    /// Cluster mode: the storage and `Distributed` tables on every replica (see the module docs).
+    async fn migrate_cluster(&self, topology: &Topology) -> Result<MigrateReport, ChError> {
+        let ddl = &topology.ddl;
+        let mut report = MigrateReport::default();
+        if ddl.on_cluster {
+            self.on_cluster(&create_database_sql(self.database(), Some(ddl))).await?;
+        } else {
+            for r in &topology.replicas {
+                r.ch.execute(&create_database_sql(r.ch.database(), None)).await?;
+            }
+        }
+        for spec in tables() {
+            for part in [Part::Local, Part::Distributed] {
+                let table = part.table(&spec);
+                let mut lacking = Vec::new();
+                for r in &topology.replicas {
+                    if r.ch.describe(&table).await?.is_empty() {
+                        lacking.push(r);
+                    }
+                }
+                if ddl.on_cluster && !lacking.is_empty() {
+                    self.on_cluster(&part.create_sql(self, &spec, ddl)).await?;
+                    tracing::info!(table, cluster = ddl.name, "created table ON CLUSTER");
+                    report.created.push(format!("{table} (ON CLUSTER {})", ddl.name));
+                } else {
+                    for r in &lacking {
+                        r.ch.execute(&part.create_sql(&r.ch, &spec, ddl)).await?;
+                        tracing::info!(table, url = r.ch.url(), "created table");
+                        report.created.push(format!("{table}@{}", r.ch.url()));
+                    }
+                }
+                if lacking.len() < topology.replicas.len() {
+                    report.existing.push(table.clone());
+                }
+                self.add_missing_columns(topology, &spec, part, &mut report).await?;
+            }
+        }
+        self.check_schema().await?;
+        Ok(report)
+    }
+
+    /// Cluster mode: adds the columns a table lacks on some replicas. Missing everywhere with
+    /// `on_cluster_ddl`: one `ALTER … ON CLUSTER`; otherwise an `ALTER` on each replica that still
+    /// lacks it (described again right before, since a replicated table's `ALTER` reaches the
+    /// other replicas of its shard by itself).
+    async fn add_missing_columns(
+        &self,
+        topology: &Topology,
+        spec: &TableSpec,
+        part: Part,
+        report: &mut MigrateReport,
+    ) -> Result<(), ChError> {
+        let ddl = &topology.ddl;
+        let table = part.table(spec);
+        let table = table.as_str();
+        for col in &spec.columns {
+            let mut lacking = Vec::new();
+            for r in &topology.replicas {
+                if !r.ch.describe(table).await?.iter().any(|d| d.name == col.name) {
+                    lacking.push(r);
+                }
+            }
+            if lacking.is_empty() {
+                continue;
+            }
+            if ddl.on_cluster && lacking.len() == topology.replicas.len() {
+                let sql = TableSpec::add_column_sql(
+                    &self.table(table),
+                    col,
+                    part.caps(self.caps()),
+                    Some(&ddl.name),
+                );
+                self.on_cluster(&sql).await?;
+                report.added_columns.push(format!("{table}.{} (ON CLUSTER {})", col.name, ddl.name));
+                continue;
+            }
+            for r in lacking {
+                if r.ch.describe(table).await?.iter().any(|d| d.name == col.name) {
+                    continue;
+                }
+                let sql = TableSpec::add_column_sql(&r.ch.table(table), col, part.caps(r.ch.caps()), None);
+                r.ch.execute(&sql).await?;
+                tracing::info!(table, column = col.name, url = r.ch.url(), "added column");
+                report.added_columns.push(format!("{table}.{}@{}", col.name, r.ch.url()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one `ON CLUSTER` statement through this server, with a hint when the distributed DDL
+    /// queue is missing.
+    async fn on_cluster(&self, sql: &str) -> Result<(), ChError> {
+        self.run(ON_CLUSTER_HINT, self.client().query(sql).execute()).await
+    }
+
+    /// Compares every table with the Row struct the collector writes; lists every problem. In
+    /// cluster mode every replica's storage and `Distributed` tables are checked; a problem names
+    /// the table as `<table>@<replica URL>`.
     pub async fn check_schema(&self) -> Result<(), ChError> {
         let mut problems: Vec<SchemaMismatch> = Vec::new();
-        for spec in tables() {
-            let described = self.describe(spec.name).await?;
-            problems.extend(check_columns(&spec, &described));
+        match self.topology() {
+            None => {
+                for spec in tables() {
+                    let described = self.describe(spec.name).await?;
+                    problems.extend(check_columns(&spec, &described));
+                }
+            }
+            Some(topology) => {
+                for r in &topology.replicas {
+                    for spec in tables() {
+                        for part in [Part::Local, Part::Distributed] {
+                            let table = part.table(&spec);
+                            let described = r.ch.describe(&table).await?;
+                            let located = format!("{table}@{}", r.ch.url());
+                            problems.extend(check_columns(&spec, &described).into_iter().map(|mut p| {
+                                match &mut p {
+                                    SchemaMismatch::Missing { table, .. }
+                                    | SchemaMismatch::WrongType { table, .. } => table.clone_from(&located),
+                                }
+                                p
+                            }));
+                        }
+                    }
+                }
+            }
         }
         if problems.is_empty() { Ok(()) } else { Err(ChError::SchemaMismatch(problems)) }
     }

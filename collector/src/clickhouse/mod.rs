@@ -2,6 +2,7 @@
 //!
 //! * [`config`] — [`ChConfig`]: URL, credentials, database, retention, batching knobs.
 //! * [`client`] — [`Ch`]: the connected client, server version detection, typed errors.
+//! * [`cluster`] — cluster mode: the shard replicas behind the `Distributed` tables.
 //! * [`migrate`] — idempotent DDL (`CREATE … IF NOT EXISTS`, `ADD COLUMN`) and the schema check
 //!   of every table against the Row structs (vital with schema validation off, as 18.16 requires).
 //! * [`convert`] — pure conversion of a wire `Batch` into rows, stamped with the authenticated
@@ -11,6 +12,7 @@
 //! * [`retention`] — dropping expired day partitions on servers without `TTL`.
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod convert;
 pub mod migrate;

@@ -4,10 +4,14 @@
 //! server has no `TTL`, [`Ch::drop_expired_partitions`] lists the active parts in `system.parts`
 //! and drops every day partition that lies entirely before the table's retention horizon. On
 //! TTL-capable servers the DDL carries the `TTL` clause and this is a no-op.
+//!
+//! In cluster mode the data lives in the `<table>_local` storage tables of every shard replica:
+//! the partitions are listed and dropped on each replica directly (a `DROP PARTITION` of a
+//! partition another replica already dropped through replication is a no-op).
 
 use std::time::Duration;
 
-use oomlens_schema::ddl::{Partition, tables};
+use oomlens_schema::ddl::{LOCAL_SUFFIX, Partition, tables};
 
 use super::client::{Ch, ChError};
 
@@ -16,7 +20,8 @@ const DAY_MS: i64 = 86_400_000;
 /// What [`Ch::drop_expired_partitions`] dropped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetentionReport {
-    /// `(table, partition id)` pairs dropped.
+    /// `(table, partition id)` pairs dropped; in cluster mode the table reads
+    /// `<table>_local@<replica URL>`.
     pub dropped: Vec<(String, String)>,
     /// True when the server has `TTL` and nothing was done.
     pub ttl_managed: bool,
@@ -49,8 +54,22 @@ pub fn horizon(now_ms: i64, days: u32) -> u32 {
 }
 
 impl Ch {
-    /// Drops day partitions older than the retention (servers without `TTL` only).
+    /// Drops day partitions older than the retention (servers without `TTL` only); in cluster
+    /// mode on every replica's storage tables.
     pub async fn drop_expired_partitions(&self, now_ms: i64) -> Result<RetentionReport, ChError> {
+        let Some(topology) = self.topology() else { return self.drop_expired_in(now_ms, "").await };
+        let mut report = RetentionReport { dropped: Vec::new(), ttl_managed: true };
+        for r in &topology.replicas {
+            let one = r.ch.drop_expired_in(now_ms, LOCAL_SUFFIX).await?;
+            report.ttl_managed &= one.ttl_managed;
+            let url = r.ch.url();
+            report.dropped.extend(one.dropped.into_iter().map(|(t, p)| (format!("{t}@{url}"), p)));
+        }
+        Ok(report)
+    }
+
+    /// [`Self::drop_expired_partitions`] on this server's tables named `<table><suffix>`.
+    async fn drop_expired_in(&self, now_ms: i64, suffix: &str) -> Result<RetentionReport, ChError> {
         if self.caps().ttl {
             return Ok(RetentionReport { dropped: Vec::new(), ttl_managed: true });
         }
@@ -73,7 +92,8 @@ impl Ch {
                 continue;
             }
             let limit = horizon(now_ms, days);
-            for part in parts.iter().filter(|p| p.table == spec.name) {
+            let table = format!("{}{suffix}", spec.name);
+            for part in parts.iter().filter(|p| p.table == table) {
                 let Ok(day) = part.partition_id.parse::<u32>() else { continue };
                 if day >= limit {
                     continue;
@@ -81,24 +101,28 @@ impl Ch {
                 self.run(
                     "dropping an expired partition",
                     self.client()
-                        .query(&format!("ALTER TABLE {} DROP PARTITION ID ?", self.table(spec.name)))
+                        .query(&format!("ALTER TABLE {} DROP PARTITION ID ?", self.table(&table)))
                         .bind(part.partition_id.as_str())
                         .execute(),
                 )
                 .await?;
-                tracing::info!(table = spec.name, partition = %part.partition_id, "dropped expired partition");
-                report.dropped.push((spec.name.to_owned(), part.partition_id.clone()));
+                tracing::info!(table, url = self.url(), partition = %part.partition_id, "dropped expired partition");
+                report.dropped.push((table.clone(), part.partition_id.clone()));
             }
         }
         Ok(report)
     }
 
     /// Runs [`Ch::drop_expired_partitions`] every `every` until the task is aborted (no-op task
-    /// on TTL-capable servers). Failures are logged and retried at the next tick.
+    /// when every server has `TTL`). Failures are logged and retried at the next tick.
     pub fn spawn_retention(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let ch = self.clone();
         tokio::spawn(async move {
-            if ch.caps().ttl {
+            let all_ttl = match ch.topology() {
+                Some(t) => t.replicas.iter().all(|r| r.ch.caps().ttl),
+                None => ch.caps().ttl,
+            };
+            if all_ttl {
                 return;
             }
             let mut tick = tokio::time::interval(every);
