@@ -25,6 +25,17 @@ pub struct ChArgs {
     /// Password.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// ClickHouse cluster (from the servers' <remote_servers>) to spread the tables over:
+    /// `<table>_local` on every shard behind `Distributed` tables.
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Cluster mode: create tables with `ON CLUSTER` DDL (needs ZooKeeper / ClickHouse Keeper).
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_ON_CLUSTER_DDL")]
+    pub on_cluster_ddl: Option<bool>,
+    /// Cluster mode: HTTP URL of every shard replica (comma-separated or repeated; default:
+    /// derived from --clickhouse-url and system.clusters).
+    #[arg(long = "shard-url", env = "OOMLENS_CLICKHOUSE_SHARD_URLS", value_delimiter = ',')]
+    pub shard_urls: Vec<String>,
 }
 
 impl ChArgs {
@@ -55,6 +66,15 @@ impl ChArgs {
         }
         if let Some(v) = &self.password {
             ch.password = v.clone();
+        }
+        if let Some(v) = &self.cluster {
+            ch.cluster = v.clone();
+        }
+        if let Some(v) = self.on_cluster_ddl {
+            ch.on_cluster_ddl = v;
+        }
+        if !self.shard_urls.is_empty() {
+            ch.shard_urls = self.shard_urls.clone();
         }
     }
 }
