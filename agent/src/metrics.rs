@@ -40,6 +40,8 @@ pub struct AgentMetrics {
     pub connects: Counter,
     /// Connection attempts or sessions that failed, by reason.
     pub connect_failures: Family<Labels, Counter>,
+    /// Client certificate / CA reloads before a connection attempt, by result (`ok`, `error`).
+    pub tls_reloads: Family<Labels, Counter>,
     /// 1 while connected to a collector.
     pub connected: Gauge,
     /// Seconds from sending a batch to its acknowledgement.
@@ -78,6 +80,14 @@ pub struct AgentMetrics {
     pub spool_truncated_bytes: Counter,
     /// Disk spool: batches found pending at start-up (re-sent).
     pub spool_replayed_batches: Counter,
+    /// Event journal: events written before entering the merge window.
+    pub event_journal_appends: Counter,
+    /// Event journal: events detected but not yet in the spool (held, or in an unsent batch).
+    pub event_journal_outstanding: Gauge,
+    /// Event journal: events found outstanding at start-up and handed back to the merger.
+    pub event_journal_replayed: Counter,
+    /// Event journal: writes or syncs that failed (the event still goes out, without the guarantee).
+    pub event_journal_errors: Counter,
 }
 
 impl AgentMetrics {
@@ -97,6 +107,7 @@ impl AgentMetrics {
             dropped_rows: Family::default(),
             connects: Counter::default(),
             connect_failures: Family::default(),
+            tls_reloads: Family::default(),
             connected: Gauge::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             hook_requests: Family::default(),
@@ -116,6 +127,10 @@ impl AgentMetrics {
             spool_corrupt_records: Counter::default(),
             spool_truncated_bytes: Counter::default(),
             spool_replayed_batches: Counter::default(),
+            event_journal_appends: Counter::default(),
+            event_journal_outstanding: Gauge::default(),
+            event_journal_replayed: Counter::default(),
+            event_journal_errors: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("oomlens_agent");
         r.register("gpu_samples", "GPU samples taken", m.gpu_samples.clone());
@@ -135,6 +150,7 @@ impl AgentMetrics {
         r.register("dropped_rows", "Rows dropped because the spool was full", m.dropped_rows.clone());
         r.register("connects", "Collector sessions established", m.connects.clone());
         r.register("connect_failures", "Failed connection attempts and sessions", m.connect_failures.clone());
+        r.register("tls_reloads", "TLS material reloads by result", m.tls_reloads.clone());
         r.register("connected", "1 while connected to a collector", m.connected.clone());
         r.register("ack_latency_seconds", "Batch send to acknowledgement", m.ack_latency_seconds.clone());
         r.register("hook_requests", "Hook socket request lines by result", m.hook_requests.clone());
@@ -185,6 +201,26 @@ impl AgentMetrics {
             "spool_replayed_batches",
             "Batches found in the disk spool at start-up and re-sent",
             m.spool_replayed_batches.clone(),
+        );
+        r.register(
+            "event_journal_appends",
+            "Events written to the pending-events journal",
+            m.event_journal_appends.clone(),
+        );
+        r.register(
+            "event_journal_outstanding",
+            "Journaled events not yet in the spool",
+            m.event_journal_outstanding.clone(),
+        );
+        r.register(
+            "event_journal_replayed",
+            "Journaled events replayed at start-up",
+            m.event_journal_replayed.clone(),
+        );
+        r.register(
+            "event_journal_errors",
+            "Event journal writes or syncs that failed",
+            m.event_journal_errors.clone(),
         );
         Arc::new(m)
     }

@@ -8,10 +8,18 @@
 //!   second by default, aligned to whole seconds), or when the GPU is **hot** (`memory used ≥
 //!   hot_threshold_pct` of its total): a GPU close to its capacity streams at the fast rate;
 //! * **holds** every other sample in a per-GPU ring of the last `window_ms` of source time;
-//! * **flushes**, when an OOM event passes the batcher ([`FlightRecorder::admit`]), the held
-//!   samples of the event's GPU (every GPU when the event names none, e.g. a host OOM kill) from
-//!   `event.ts − window` to `event.ts + fast_interval` into the same batch as the event. The upper
-//!   bound takes in the reading that reported the failure (the state right after it).
+//! * **flushes**, when an OOM event passes the batcher, the held samples before it from
+//!   `event.ts − window` to `event.ts + fast_interval` (the upper bound takes in the reading that
+//!   reported the failure, the state right after it): the GPU and process samples of the event's
+//!   GPU; for an event naming no GPU (a host OOM kill) the GPU samples of every GPU and the
+//!   process samples of the GPUs where the victim pid had processes (of every GPU when the event
+//!   names no pid either).
+//!
+//! A flush is planned ([`FlightRecorder::plan_flush`]) and then taken in bounded chunks
+//! ([`FlightRecorder::flush_chunk`]): the batcher encodes and spools each chunk before it asks for
+//! the next, so a flushed window (up to 120 s × 10 Hz × every process of a GPU) is never
+//! materialised as wire rows all at once — only one chunk of owned rows exists at a time, which
+//! is what keeps the agent's peak memory near its steady state.
 //!
 //! A held sample leaves the ring exactly once — flushed or evicted — and a sent sample is never
 //! held, so no sample is sent twice. Memory is bounded: a ring keeps at most
@@ -131,6 +139,43 @@ pub struct Flushed {
     pub gpu_samples: usize,
     /// Process samples.
     pub process_samples: usize,
+}
+
+impl Flushed {
+    /// GPU and process samples.
+    pub fn rows(&self) -> usize {
+        self.gpu_samples + self.process_samples
+    }
+
+    fn add(&mut self, other: Flushed) {
+        self.gpu_samples += other.gpu_samples;
+        self.process_samples += other.process_samples;
+    }
+}
+
+/// What one event flushes, taken chunk by chunk with [`FlightRecorder::flush_chunk`]. Valid until
+/// the next [`FlightRecorder::record`] (which may evict what it points at: then less comes out).
+#[derive(Debug, Clone, Default)]
+pub struct FlushPlan {
+    spans: VecDeque<Span>,
+}
+
+impl FlushPlan {
+    /// True when nothing is left to flush.
+    pub fn is_done(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+/// Held samples of one ring in `[lo, hi]`: its GPU samples first, then (when `procs`) its
+/// process samples.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    ring: usize,
+    lo: i64,
+    hi: i64,
+    gpus_done: bool,
+    procs: bool,
 }
 
 /// What the recorder holds and has done (for metrics).
@@ -260,14 +305,23 @@ impl Ring {
         before - self.gpus.len() - self.procs.len()
     }
 
-    fn flush(&mut self, lo: i64, hi: i64, out: &mut Batch) -> Flushed {
+    /// Moves at most `max` held GPU samples of `[lo, hi]` into `out`; returns how many.
+    fn flush_gpus(&mut self, lo: i64, hi: i64, max: usize, out: &mut Batch) -> usize {
         let a = self.gpus.partition_point(|s| s.ts_ms < lo);
         let b = self.gpus.partition_point(|s| s.ts_ms <= hi);
-        out.gpu_samples.extend(self.gpus.drain(a..b));
-        let c = self.procs.partition_point(|s| s.ts_ms < lo);
-        let d = self.procs.partition_point(|s| s.ts_ms <= hi);
+        let n = (b - a).min(max);
+        out.gpu_samples.extend(self.gpus.drain(a..a + n));
+        n
+    }
+
+    /// Moves at most `max` held process samples of `[lo, hi]` into `out`; returns how many.
+    fn flush_procs(&mut self, lo: i64, hi: i64, max: usize, out: &mut Batch) -> usize {
+        let a = self.procs.partition_point(|s| s.ts_ms < lo);
+        let b = self.procs.partition_point(|s| s.ts_ms <= hi);
+        let n = (b - a).min(max);
         let gpu_index = self.gpu_index;
-        out.process_samples.extend(self.procs.drain(c..d).map(|h| ProcessSample {
+        out.process_samples.reserve(n);
+        out.process_samples.extend(self.procs.drain(a..a + n).map(|h| ProcessSample {
             ts_ms: h.ts_ms,
             gpu_index,
             pid: h.ident.pid,
@@ -275,7 +329,13 @@ impl Ring {
             used_bytes: (h.used != USED_UNKNOWN).then_some(h.used),
             labels: h.ident.labels.clone(),
         }));
-        Flushed { gpu_samples: b - a, process_samples: d - c }
+        n
+    }
+
+    /// Whether `pid` had a process on this GPU (held in `[lo, hi]`, or in the latest reading).
+    fn had_pid(&self, pid: u32, lo: i64, hi: i64) -> bool {
+        self.idents.iter().any(|(i, _)| i.pid == pid)
+            || self.procs.iter().any(|h| h.ident.pid == pid && (lo..=hi).contains(&h.ts_ms))
     }
 }
 
@@ -408,21 +468,68 @@ impl FlightRecorder {
         }
     }
 
-    /// Moves the held samples before `event` (see the module docs for the span and the GPUs)
-    /// into `out`. Call it after [`record`](Self::record) of the reading that carried the event.
-    pub fn flush_for(&mut self, event: &OomEvent, out: &mut Batch) -> Flushed {
+    /// Plans the flush of the held samples before `event` (see the module docs for the span and
+    /// the GPUs). Nothing moves until [`flush_chunk`](Self::flush_chunk).
+    pub fn plan_flush(&self, event: &OomEvent) -> FlushPlan {
+        let mut plan = FlushPlan::default();
         if !self.settings.enabled {
-            return Flushed::default();
+            return plan;
         }
         let lo = event.ts_ms.saturating_sub(self.settings.window_ms);
         let hi = event.ts_ms.saturating_add(self.settings.fast_interval_ms);
+        for (i, ring) in self.rings.iter().enumerate() {
+            let procs = match (event.gpu_index, event.pid) {
+                (Some(g), _) if g != ring.gpu_index => continue,
+                (Some(_), _) | (None, None) => true,
+                (None, Some(pid)) => ring.had_pid(pid, lo, hi),
+            };
+            plan.spans.push_back(Span { ring: i, lo, hi, gpus_done: false, procs });
+        }
+        plan
+    }
+
+    /// Moves the next at most `max_rows` (≥ 1) held samples of `plan` into `out`; returns what
+    /// moved (nothing once the plan is done). Call it after [`record`](Self::record) of the
+    /// reading that carried the event, and until it returns nothing.
+    pub fn flush_chunk(&mut self, plan: &mut FlushPlan, max_rows: usize, out: &mut Batch) -> Flushed {
+        let max_rows = max_rows.max(1);
         let mut total = Flushed::default();
-        for ring in self.rings.iter_mut().filter(|r| event.gpu_index.is_none_or(|g| g == r.gpu_index)) {
-            let f = ring.flush(lo, hi, out);
-            total.gpu_samples += f.gpu_samples;
-            total.process_samples += f.process_samples;
+        while let Some(span) = plan.spans.front_mut() {
+            let room = max_rows - total.rows();
+            if room == 0 {
+                break;
+            }
+            let Some(ring) = self.rings.get_mut(span.ring) else {
+                plan.spans.pop_front();
+                continue;
+            };
+            if !span.gpus_done {
+                let n = ring.flush_gpus(span.lo, span.hi, room, out);
+                total.gpu_samples += n;
+                span.gpus_done = n < room;
+            } else if span.procs {
+                let n = ring.flush_procs(span.lo, span.hi, room, out);
+                total.process_samples += n;
+                span.procs = n >= room;
+            } else {
+                plan.spans.pop_front();
+            }
         }
         total
+    }
+
+    /// Moves every held sample before `event` into `out` at once (see
+    /// [`plan_flush`](Self::plan_flush); the batcher takes it in chunks instead).
+    pub fn flush_for(&mut self, event: &OomEvent, out: &mut Batch) -> Flushed {
+        let mut plan = self.plan_flush(event);
+        let mut total = Flushed::default();
+        loop {
+            let f = self.flush_chunk(&mut plan, usize::MAX, out);
+            if f.rows() == 0 {
+                return total;
+            }
+            total.add(f);
+        }
     }
 
     /// Flushes the window before `event` into `out`, then appends the event.
@@ -553,6 +660,68 @@ mod tests {
         let f = rec.admit(event(9_900, None, OomKind::HostOomKill), &mut host);
         assert!(f.gpu_samples > 40);
         assert!(host.gpu_samples.iter().all(|s| s.gpu_index == 0 || s.ts_ms > 9_500));
+    }
+
+    #[test]
+    fn a_flush_in_chunks_moves_the_same_rows_in_bounded_pieces() {
+        let fill = || {
+            let mut rec = FlightRecorder::new(settings(5_000)).unwrap();
+            for k in 0..80 {
+                reading(&mut rec, k * 100, 3, 5, 50);
+            }
+            rec
+        };
+        for e in [event(7_000, Some(1), OomKind::CudaOom), event(7_000, None, OomKind::HostOomKill)] {
+            let mut whole = Batch::default();
+            let mut a = fill();
+            let all = a.flush_for(&e, &mut whole);
+            assert!(all.process_samples > 100);
+            let mut b = fill();
+            let mut plan = b.plan_flush(&e);
+            let mut chunks = Batch::default();
+            let mut total = Flushed::default();
+            let mut n = 0;
+            while !plan.is_done() {
+                let mut part = Batch::default();
+                let f = b.flush_chunk(&mut plan, 37, &mut part);
+                assert!(part.row_count() <= 37 && f.rows() == part.row_count());
+                total.add(f);
+                chunks.gpu_samples.extend(part.gpu_samples);
+                chunks.process_samples.extend(part.process_samples);
+                n += 1;
+            }
+            assert_eq!(total, all);
+            assert!(n >= all.rows() / 37, "{n} chunks");
+            assert_eq!(
+                (chunks.gpu_samples, chunks.process_samples),
+                (whole.gpu_samples, whole.process_samples)
+            );
+            assert_eq!(b.stats(), a.stats(), "the same rows left the rings");
+            assert_eq!(b.flush_chunk(&mut plan, 37, &mut Batch::default()), Flushed::default());
+        }
+    }
+
+    #[test]
+    fn a_host_oom_flushes_processes_only_of_the_victims_gpus() {
+        let mut rec = FlightRecorder::new(settings(5_000)).unwrap();
+        for k in 0..50 {
+            // `reading` gives GPU i the pids 100 i …: pid 201 runs on GPU 2 only.
+            reading(&mut rec, k * 100, 4, 3, 50);
+        }
+        let mut out = Batch::default();
+        let victim = OomEvent { pid: Some(201), ..event(4_900, None, OomKind::HostOomKill) };
+        let f = rec.admit(victim, &mut out);
+        let gpus: BTreeSet<u32> = out.gpu_samples.iter().map(|s| s.gpu_index).collect();
+        let procs: BTreeSet<u32> = out.process_samples.iter().map(|p| p.gpu_index).collect();
+        assert_eq!(gpus, (0..4).collect(), "the GPU curves of every GPU");
+        assert_eq!(procs, BTreeSet::from([2]), "processes of the victim's GPU only");
+        assert_eq!(f.process_samples, 3 * f.gpu_samples / 4);
+        // Without a pid, every GPU's processes (what is still held).
+        let mut all = Batch::default();
+        rec.admit(event(4_900, None, OomKind::HostOomKill), &mut all);
+        let procs: BTreeSet<u32> = all.process_samples.iter().map(|p| p.gpu_index).collect();
+        assert_eq!(procs, BTreeSet::from([0, 1, 3]));
+        assert!(all.gpu_samples.is_empty(), "GPU samples went out with the first event");
     }
 
     #[test]

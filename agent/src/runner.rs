@@ -19,7 +19,7 @@ use crate::recorder::{FlightRecorder, RecorderError};
 use crate::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
 use crate::sim::{SimError, Simulator};
 use crate::source::Source;
-use crate::spool::{DiskSpool, MemorySpool, Spool, SpoolError};
+use crate::spool::{DiskSpool, EventJournal, MemorySpool, Spool, SpoolError};
 use crate::uplink::{Uplink, UplinkConfig, UplinkError, UplinkTotals};
 
 /// The agent could not run.
@@ -72,6 +72,23 @@ pub fn open_spool(
     Ok((Box::new(spool), state.boot_id, state.next_seq))
 }
 
+/// The batcher's event stage; with a disk spool it journals events (`spool/journal.rs`) and
+/// takes back the events a previous run detected but did not spool. Call it after
+/// [`open_spool`], whose directory lock covers the journal.
+pub fn open_event_stage(
+    cfg: &AgentConfig,
+    metrics: &Arc<AgentMetrics>,
+) -> Result<crate::detect::merge::EventStage, RunError> {
+    let stage = cfg.detect.stage(Some(metrics.clone()));
+    let Some(dir) = &cfg.spool.dir else {
+        return Ok(stage);
+    };
+    let (journal, replay) = EventJournal::open(dir, cfg.spool.fsync)?;
+    metrics.spool_corrupt_records.inc_by(replay.corrupt_ranges);
+    metrics.spool_truncated_bytes.inc_by(replay.truncated_bytes);
+    Ok(stage.with_journal(journal, replay.pending))
+}
+
 /// Builds the configured source.
 pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, RunError> {
     Ok(match cfg.source.kind {
@@ -104,6 +121,8 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let start_ms = if cfg.source.start_ms > 0 { cfg.source.start_ms } else { now_ms() };
     let source = open_source(&cfg, start_ms)?;
     let (spool, boot_id, first_seq) = open_spool(&cfg, &metrics)?;
+    // After the spool: its directory lock covers the journal.
+    let detect = open_event_stage(&cfg, &metrics)?;
     let hello = Hello {
         agent_id: cfg.agent.agent_id.clone(),
         node: cfg.agent.node.clone(),
@@ -189,7 +208,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         },
         metrics.clone(),
         recorder,
-        cfg.detect.stage(Some(metrics.clone())),
+        detect,
     ));
 
     // Until the source is done or a stop is requested; then the detectors stop, and the batcher

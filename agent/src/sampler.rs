@@ -104,7 +104,9 @@ pub struct BatcherConfig {
 
 /// Receives readings until every sender is gone, pushes sequenced batches to the uplink. The
 /// flight recorder decides which samples go into the batches and adds the held window before
-/// every event (see `recorder.rs`).
+/// every event (see `recorder.rs`), in chunks of at most `max_rows` rows, each pushed (encoded
+/// and spooled) before the next is taken. After every push the event stage learns which events
+/// are spooled (their journal records are done).
 pub async fn run_batcher<S: BatchSink>(
     mut rx: mpsc::Receiver<Reading>,
     uplink: S,
@@ -113,8 +115,12 @@ pub async fn run_batcher<S: BatchSink>(
     mut recorder: FlightRecorder,
     mut detect: crate::detect::merge::EventStage,
 ) {
-    let mut seq = cfg.first_seq;
-    let mut batch = Batch::default();
+    let mut out = Output {
+        uplink,
+        seq: cfg.first_seq,
+        batch: Batch::default(),
+        max_rows: cfg.max_rows.clamp(1, MAX_ROWS_PER_BATCH),
+    };
     let mut ticker = tokio::time::interval(cfg.flush_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_stats = recorder.stats();
@@ -124,31 +130,87 @@ pub async fn run_batcher<S: BatchSink>(
                 Some(mut r) => {
                     record(&metrics, &r);
                     let events = detect.on_reading(&mut r); // vanish detection + merging
-                    recorder.record(r.gpu_samples, r.process_samples, &mut batch);
+                    recorder.record(r.gpu_samples, r.process_samples, &mut out.batch);
                     for event in events {
-                        admit(&mut recorder, event, &mut batch, &metrics);
+                        out.admit(&mut recorder, event, &metrics, &mut detect);
                     }
                     last_stats = record_recorder(&metrics, &recorder, last_stats);
-                    batch.row_count() >= cfg.max_rows
+                    out.batch.row_count() >= out.max_rows
                 }
                 None => break,
             },
             _ = ticker.tick() => {
                 for event in detect.poll() {
-                    admit(&mut recorder, event, &mut batch, &metrics);
+                    out.admit(&mut recorder, event, &metrics, &mut detect);
                 }
-                !batch.is_empty()
+                detect.sync_journal();
+                !out.batch.is_empty()
             }
         };
         if flush {
-            seq = push_split(&uplink, std::mem::take(&mut batch), seq, cfg.max_rows);
+            out.push(&mut detect);
         }
     }
     for event in detect.drain() {
-        admit(&mut recorder, event, &mut batch, &metrics);
+        out.admit(&mut recorder, event, &metrics, &mut detect);
     }
-    if !batch.is_empty() {
-        push_split(&uplink, batch, seq, cfg.max_rows);
+    if !out.batch.is_empty() {
+        out.push(&mut detect);
+    }
+    detect.sync_journal();
+}
+
+/// The batch being built and where it goes.
+struct Output<S> {
+    uplink: S,
+    seq: u64,
+    batch: Batch,
+    max_rows: usize,
+}
+
+impl<S: BatchSink> Output<S> {
+    /// Pushes the batch being built (split within the limits) and tells `detect` which of its
+    /// events the spool took.
+    fn push(&mut self, detect: &mut crate::detect::merge::EventStage) {
+        let batch = std::mem::take(&mut self.batch);
+        for mut part in split_batch(batch, self.max_rows) {
+            part.seq = self.seq;
+            let events = part.events.len();
+            let ok = match self.uplink.push_batch(part) {
+                Ok(()) => true,
+                Err(e) => {
+                    error!(seq = self.seq, error = %e, "cannot queue a batch");
+                    false
+                }
+            };
+            detect.spooled(events, ok);
+            self.seq += 1;
+        }
+    }
+
+    /// Adds `event` and the held window before it, pushing the batch whenever it is full so that
+    /// at most one batch of rows is materialised at a time.
+    fn admit(
+        &mut self,
+        recorder: &mut FlightRecorder,
+        event: OomEvent,
+        metrics: &AgentMetrics,
+        detect: &mut crate::detect::merge::EventStage,
+    ) {
+        let mut plan = recorder.plan_flush(&event);
+        self.batch.events.push(event);
+        let mut total = crate::recorder::Flushed::default();
+        while !plan.is_done() {
+            let room = self.max_rows.saturating_sub(self.batch.row_count());
+            if room == 0 {
+                self.push(detect);
+                continue;
+            }
+            let f = recorder.flush_chunk(&mut plan, room, &mut self.batch);
+            total.gpu_samples += f.gpu_samples;
+            total.process_samples += f.process_samples;
+        }
+        count_flush(metrics, total);
     }
 }
 
@@ -164,9 +226,7 @@ impl BatchSink for UplinkHandle {
     }
 }
 
-/// Passes one event through the flight recorder into `batch` (the held window before it first).
-pub fn admit(recorder: &mut FlightRecorder, event: OomEvent, batch: &mut Batch, metrics: &AgentMetrics) {
-    let f = recorder.admit(event, batch);
+fn count_flush(metrics: &AgentMetrics, f: crate::recorder::Flushed) {
     if f.gpu_samples + f.process_samples > 0 {
         metrics.recorder_flushes.inc();
         metrics
@@ -197,20 +257,6 @@ fn record_recorder(m: &AgentMetrics, recorder: &FlightRecorder, last: RecorderSt
 /// Most rows per batch whatever `batch_max_rows` says: a flushed window (120 s × 10 Hz × every
 /// GPU and process) must still fit the 8 MiB frame limit, at up to 512 encoded bytes per row.
 pub const MAX_ROWS_PER_BATCH: usize = 16 * 1024;
-
-/// Pushes `batch` as one or more batches of at most `max_rows` rows (and at most
-/// [`MAX_ROWS_PER_BATCH`] rows and `limits::MAX_EVENTS` events), numbered from `seq`; returns the
-/// next sequence number.
-fn push_split(uplink: &impl BatchSink, batch: Batch, mut seq: u64, max_rows: usize) -> u64 {
-    for mut part in split_batch(batch, max_rows) {
-        part.seq = seq;
-        if let Err(e) = uplink.push_batch(part) {
-            error!(seq, error = %e, "cannot queue a batch");
-        }
-        seq += 1;
-    }
-    seq
-}
 
 /// Splits a batch into parts within the row limits: events first (in order), then GPU samples,
 /// then process samples. The parts' `seq` is left for the caller.

@@ -18,9 +18,16 @@
 //! `max_held` events are held; beyond that the oldest goes out at once.
 //!
 //! [`EventStage`] is what the batcher runs: vanish detection on the samples, then the merger.
+//! With a disk spool it also writes every event to the pending-events journal
+//! (`spool/journal.rs`) before the event enters the merger, and marks it done once the batch
+//! carrying it is spooled ([`EventStage::spooled`]); after a crash, [`EventStage::with_journal`]
+//! hands the outstanding events back to the merger. The merger therefore tracks, for every held
+//! event, the journal keys of all the events folded into it ([`Released::keys`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+use tracing::{info, warn};
 
 use oomlens_schema::{EventSource, JobShape, Label, OomEvent, OomKind, Phase};
 use serde::{Deserialize, Serialize};
@@ -28,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::detect::vanish::VanishDetector;
 use crate::metrics::AgentMetrics;
 use crate::source::Reading;
+use crate::spool::EventJournal;
 
 /// Label added to merged events.
 pub const MERGED_LABEL: &str = "merged.from";
@@ -51,6 +59,21 @@ pub struct MergeStats {
 struct Held {
     event: OomEvent,
     deadline: i64,
+    keys: Vec<u64>,
+}
+
+/// An event leaving the merger, with the journal keys of every event folded into it (its own,
+/// those merged into it and the duplicates dropped in its favour).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Released {
+    /// The event to send.
+    pub event: OomEvent,
+    /// Journal keys it covers (empty without a journal).
+    pub keys: Vec<u64>,
+}
+
+fn events(released: Vec<Released>) -> Vec<OomEvent> {
+    released.into_iter().map(|r| r.event).collect()
 }
 
 /// Holds events for a grace window and merges those that describe the same failure.
@@ -101,53 +124,92 @@ impl EventMerger {
     /// Takes one event at source time `now_ms`; returns the events ready to send (those whose
     /// grace has passed, an evicted one, or this one when it is not held).
     pub fn push(&mut self, event: OomEvent, now_ms: i64) -> Vec<OomEvent> {
-        let mut out = self.poll(now_ms);
+        events(self.push_keyed(event, Vec::new(), now_ms))
+    }
+
+    /// [`push`](Self::push) for an event covering the journal keys `keys`.
+    pub fn push_keyed(&mut self, event: OomEvent, keys: Vec<u64>, now_ms: i64) -> Vec<Released> {
+        let mut out = self.poll_keyed(now_ms);
+        let deadline = self.now_ms.saturating_add(self.grace_ms);
+        self.hold(event, keys, deadline, &mut out);
+        out
+    }
+
+    /// Takes back an event that was held when the agent stopped (from the journal): it is held
+    /// until its own grace would have ended (`event.ts_ms + grace`), merging as usual; returns
+    /// what is ready at once.
+    pub fn restore(&mut self, event: OomEvent, keys: Vec<u64>) -> Vec<Released> {
+        let mut out = Vec::new();
+        let deadline = event.ts_ms.saturating_add(self.grace_ms);
+        self.hold(event, keys, deadline, &mut out);
+        out
+    }
+
+    fn hold(&mut self, event: OomEvent, keys: Vec<u64>, deadline: i64, out: &mut Vec<Released>) {
         if event.pid.is_none() || self.grace_ms <= 0 {
-            out.push(event);
-            return out;
+            out.push(Released { event, keys });
+            return;
         }
         if let Some((i, rule)) =
             self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(&h.event, &event)?)))
         {
-            let held = &mut self.held[i].event;
+            let held = &mut self.held[i];
+            held.keys.extend(keys);
             match rule {
                 Rule::Duplicate => self.stats.duplicates += 1,
                 Rule::Suspected => {
                     self.stats.suspected += 1;
-                    *held = merge(std::mem::take(held), event);
+                    held.event = merge(std::mem::take(&mut held.event), event);
                 }
                 Rule::CrossSource => {
                     self.stats.cross_source += 1;
-                    *held = merge(std::mem::take(held), event);
+                    held.event = merge(std::mem::take(&mut held.event), event);
                 }
             }
-            return out;
+            return;
         }
         if self.held.len() >= self.max_held
             && let Some(old) = self.held.pop_front()
         {
             self.stats.evicted += 1;
-            out.push(old.event);
+            out.push(Released { event: old.event, keys: old.keys });
         }
-        self.held.push_back(Held { event, deadline: self.now_ms.saturating_add(self.grace_ms) });
-        out
+        self.held.push_back(Held { event, deadline, keys });
     }
 
     /// Releases the held events whose grace has passed at `now_ms`, oldest first.
     pub fn poll(&mut self, now_ms: i64) -> Vec<OomEvent> {
+        events(self.poll_keyed(now_ms))
+    }
+
+    /// [`poll`](Self::poll) with the journal keys.
+    pub fn poll_keyed(&mut self, now_ms: i64) -> Vec<Released> {
         self.now_ms = self.now_ms.max(now_ms);
         let mut out = Vec::new();
-        while self.held.front().is_some_and(|h| h.deadline <= self.now_ms) {
-            if let Some(h) = self.held.pop_front() {
-                out.push(h.event);
+        // Deadlines are in order except for restored events: look at every held event.
+        if self.held.iter().any(|h| h.deadline <= self.now_ms) {
+            let now = self.now_ms;
+            let mut keep = VecDeque::with_capacity(self.held.len());
+            for h in self.held.drain(..) {
+                if h.deadline <= now {
+                    out.push(Released { event: h.event, keys: h.keys });
+                } else {
+                    keep.push_back(h);
+                }
             }
+            self.held = keep;
         }
         out
     }
 
     /// Releases everything held (shutdown).
     pub fn drain(&mut self) -> Vec<OomEvent> {
-        self.held.drain(..).map(|h| h.event).collect()
+        events(self.drain_keyed())
+    }
+
+    /// [`drain`](Self::drain) with the journal keys.
+    pub fn drain_keyed(&mut self) -> Vec<Released> {
+        self.held.drain(..).map(|h| Released { event: h.event, keys: h.keys }).collect()
     }
 }
 
@@ -304,8 +366,9 @@ impl DetectConfig {
 }
 
 /// The batcher's event stage: process samples → [`VanishDetector`] → suspected OOMs; every event
-/// → [`EventMerger`]. `run_batcher` calls [`EventStage::on_reading`] for each reading,
-/// [`EventStage::poll`] on its timer and [`EventStage::drain`] at the end.
+/// → (the journal, with a disk spool) → [`EventMerger`]. `run_batcher` calls
+/// [`EventStage::on_reading`] for each reading, [`EventStage::poll`] on its timer,
+/// [`EventStage::drain`] at the end, and [`EventStage::spooled`] after every batch it pushes.
 #[derive(Debug)]
 pub struct EventStage {
     vanish: VanishDetector,
@@ -313,6 +376,12 @@ pub struct EventStage {
     latest_ms: i64,
     metrics: Option<Arc<AgentMetrics>>,
     seen: MergeStats,
+    journal: Option<EventJournal>,
+    /// Journal keys of the released events not yet confirmed spooled, in release order (only
+    /// kept with a journal).
+    awaiting: VecDeque<Vec<u64>>,
+    /// Restored events released at once, handed out on the next call.
+    ready: Vec<Released>,
 }
 
 impl EventStage {
@@ -329,7 +398,33 @@ impl EventStage {
             latest_ms: i64::MIN,
             metrics,
             seen: MergeStats::default(),
+            journal: None,
+            awaiting: VecDeque::new(),
+            ready: Vec::new(),
         }
+    }
+
+    /// Journals every event from now on, and takes back the events `pending` that the journal
+    /// held when it was opened (they are held until their own grace ends, then sent as usual).
+    pub fn with_journal(mut self, journal: EventJournal, pending: Vec<(u64, OomEvent)>) -> Self {
+        if !pending.is_empty() {
+            info!(events = pending.len(), "replaying journaled events that were not spooled");
+        }
+        if let Some(m) = &self.metrics {
+            m.event_journal_replayed.inc_by(pending.len() as u64);
+        }
+        for (key, event) in pending {
+            let ready = self.merger.restore(event, vec![key]);
+            self.ready.extend(ready);
+        }
+        self.journal = Some(journal);
+        self.count();
+        self
+    }
+
+    /// Events in the journal not yet confirmed spooled (0 without a journal).
+    pub fn journal_outstanding(&self) -> usize {
+        self.journal.as_ref().map_or(0, EventJournal::outstanding)
     }
 
     /// Takes the reading's events (and the suspected OOMs its samples reveal) into the merger;
@@ -357,22 +452,108 @@ impl EventStage {
             }
         }
         events.extend(suspected);
-        let mut out = self.merger.poll(self.latest_ms);
+        let mut out = std::mem::take(&mut self.ready);
+        out.extend(self.merger.poll_keyed(self.latest_ms));
         for e in events {
-            out.extend(self.merger.push(e, self.latest_ms));
+            let keys = self.journal_event(&e);
+            out.extend(self.merger.push_keyed(e, keys, self.latest_ms));
         }
         self.count();
-        out
+        self.release(out)
     }
 
     /// Events whose grace has passed.
     pub fn poll(&mut self) -> Vec<OomEvent> {
-        self.merger.poll(self.latest_ms)
+        let mut out = std::mem::take(&mut self.ready);
+        out.extend(self.merger.poll_keyed(self.latest_ms));
+        self.release(out)
     }
 
     /// Everything still held (shutdown).
     pub fn drain(&mut self) -> Vec<OomEvent> {
-        self.merger.drain()
+        let mut out = std::mem::take(&mut self.ready);
+        out.extend(self.merger.drain_keyed());
+        self.release(out)
+    }
+
+    /// The batcher pushed a batch carrying the next `events` released events (in release order)
+    /// to the spool: `ok` when the spool took it. Marks their journal records done; a batch the
+    /// spool refused leaves them outstanding (replayed at the next start).
+    pub fn spooled(&mut self, events: usize, ok: bool) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let mut keys = Vec::new();
+        for _ in 0..events {
+            match self.awaiting.pop_front() {
+                Some(k) => keys.extend(k),
+                None => break,
+            }
+        }
+        if ok
+            && !keys.is_empty()
+            && let Err(e) = journal.mark_done(&keys)
+        {
+            warn!(error = %e, "event journal: cannot record spooled events (they may be sent again after a restart)");
+            if let Some(m) = &self.metrics {
+                m.event_journal_errors.inc();
+            }
+        }
+        self.journal_gauge();
+    }
+
+    /// Syncs the journal when its fsync policy says it is due (the batcher's tick).
+    pub fn sync_journal(&mut self) {
+        if let Some(j) = &mut self.journal
+            && let Err(e) = j.sync_if_due()
+        {
+            warn!(error = %e, "event journal: sync failed");
+            if let Some(m) = &self.metrics {
+                m.event_journal_errors.inc();
+            }
+        }
+    }
+
+    fn journal_event(&mut self, event: &OomEvent) -> Vec<u64> {
+        let Some(journal) = &mut self.journal else {
+            return Vec::new();
+        };
+        match journal.append(event) {
+            Ok(key) => {
+                if let Some(m) = &self.metrics {
+                    m.event_journal_appends.inc();
+                }
+                vec![key]
+            }
+            Err(e) => {
+                warn!(event_id = event.event_id, error = %e, "event journal: cannot write an event (it is kept in memory only)");
+                if let Some(m) = &self.metrics {
+                    m.event_journal_errors.inc();
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn release(&mut self, released: Vec<Released>) -> Vec<OomEvent> {
+        let journaled = self.journal.is_some();
+        let out = released
+            .into_iter()
+            .map(|r| {
+                if journaled {
+                    self.awaiting.push_back(r.keys);
+                }
+                r.event
+            })
+            .collect();
+        self.journal_gauge();
+        out
+    }
+
+    fn journal_gauge(&self) {
+        if let (Some(m), Some(j)) = (&self.metrics, &self.journal) {
+            m.event_journal_outstanding.set(j.outstanding() as i64);
+        }
     }
 
     fn count(&mut self) {
@@ -641,6 +822,83 @@ mod tests {
         assert!(m.poll(5_000).is_empty());
         assert!(m.poll(100).is_empty()); // an older timestamp does not move the clock back
         assert_eq!(m.poll(10_000).len(), 2);
+    }
+
+    #[test]
+    fn released_events_carry_the_keys_of_everything_folded_into_them() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push_keyed(log(7, Some(0)), vec![1], 0).is_empty());
+        assert!(m.push_keyed(log(7, Some(0)), vec![2], 1).is_empty()); // duplicate
+        assert!(m.push_keyed(suspected(7, 0), vec![3], 2).is_empty()); // merged
+        assert!(m.push_keyed(log(8, Some(0)), vec![4], 3).is_empty());
+        let out = m.poll_keyed(10_003);
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].event.pid, out[0].keys.clone()), (Some(7), vec![1, 2, 3]));
+        assert_eq!((out[1].event.pid, out[1].keys.clone()), (Some(8), vec![4]));
+        // An event that is not held keeps its keys too.
+        let xid = OomEvent { kind: OomKind::Xid, source: EventSource::Kmsg, ..OomEvent::default() };
+        assert_eq!(m.push_keyed(xid, vec![5], 10_000)[0].keys, vec![5]);
+    }
+
+    #[test]
+    fn restored_events_wait_for_their_own_grace_and_still_merge() {
+        let mut m = EventMerger::new(10_000);
+        // Held before a restart: suspected at 1 s (grace until 11 s), log at 50 s (until 60 s).
+        assert!(m.restore(OomEvent { ts_ms: 50_000, ..log(8, Some(0)) }, vec![2]).is_empty());
+        assert!(m.restore(suspected(7, 0), vec![1]).is_empty());
+        // The log report of pid 7 arrives after the restart, within the suspected one's grace.
+        assert!(m.push_keyed(log(7, None), vec![3], 5_000).is_empty());
+        let out = m.poll_keyed(11_000);
+        assert_eq!(out.len(), 1, "the later-restored event is released first when its grace ends first");
+        assert_eq!((out[0].event.source, out[0].keys.clone()), (EventSource::Log, vec![1, 3]));
+        assert_eq!(label(&out[0].event, MERGED_LABEL), Some("suspected_oom"));
+        assert!(m.poll_keyed(59_999).is_empty());
+        assert_eq!(m.poll_keyed(60_000)[0].keys, vec![2]);
+    }
+
+    fn reading(ts_ms: i64, events: Vec<OomEvent>) -> Reading {
+        let gpu = oomlens_schema::GpuSample { ts_ms, ..oomlens_schema::GpuSample::default() };
+        Reading { gpu_samples: vec![gpu], events, ..Reading::default() }
+    }
+
+    #[test]
+    fn the_stage_journals_events_until_they_are_spooled() {
+        use crate::spool::{EventJournal, FsyncPolicy};
+        let dir = tempfile::tempdir().unwrap();
+        let open = || EventJournal::open(dir.path(), FsyncPolicy::Always).unwrap();
+        let (j, replay) = open();
+        let mut stage = EventStage::new(95.0, 10_000, 16, None).with_journal(j, replay.pending);
+        // A suspected OOM and its log report merge; an Xid (no pid) goes out at once.
+        let xid =
+            OomEvent { event_id: 9, kind: OomKind::Xid, source: EventSource::Kmsg, ..OomEvent::default() };
+        let out = stage.on_reading(&mut reading(1_000, vec![suspected(7, 0), xid]));
+        assert_eq!(out.len(), 1);
+        assert_eq!(stage.journal_outstanding(), 2);
+        stage.spooled(1, true);
+        assert_eq!(stage.journal_outstanding(), 1, "the Xid is done, the held event is not");
+        assert!(stage.on_reading(&mut reading(2_000, vec![log(7, None)])).is_empty());
+        assert_eq!(stage.journal_outstanding(), 2);
+        // The agent dies here: the held event comes back from the journal, both of its parts.
+        drop(stage);
+        let (j, replay) = open();
+        assert_eq!(replay.pending.len(), 2);
+        let mut stage = EventStage::new(95.0, 10_000, 16, None).with_journal(j, replay.pending);
+        assert!(stage.poll().is_empty(), "no source time yet: held");
+        let out = stage.on_reading(&mut reading(20_000, Vec::new()));
+        assert_eq!(out.len(), 1, "merged again into one event");
+        assert_eq!((out[0].event_id, out[0].source), (2, EventSource::Log));
+        // A batch the spool refused leaves the event outstanding; a spooled one clears it.
+        stage.spooled(1, false);
+        assert_eq!(stage.journal_outstanding(), 2);
+        drop(stage);
+        let (j, replay) = open();
+        let mut stage = EventStage::new(95.0, 10_000, 16, None).with_journal(j, replay.pending);
+        assert_eq!(stage.drain().len(), 1);
+        stage.spooled(1, true);
+        assert_eq!(stage.journal_outstanding(), 0);
+        drop(stage);
+        assert!(open().1.pending.is_empty());
+        assert_eq!(std::fs::metadata(dir.path().join(crate::spool::journal::JOURNAL_FILE)).unwrap().len(), 0);
     }
 
     #[test]

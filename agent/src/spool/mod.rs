@@ -11,6 +11,7 @@
 //! reported to the caller for metrics and logs.
 
 mod disk;
+pub mod journal;
 mod memory;
 pub mod segment;
 
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use oomlens_schema::{Batch, Frame, FrameError};
 
 pub use disk::{DiskSpool, FsyncPolicy, Recovery, SpoolState};
+pub use journal::{EventJournal, JournalReplay};
 pub use memory::MemorySpool;
 
 /// Rows of a batch, by table.
