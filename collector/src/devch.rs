@@ -6,6 +6,9 @@
 //! `clickhouse-server` (18.16) in its own process group and waits until `GET /ping` answers `Ok.`.
 //! The server is stopped (SIGTERM, then SIGKILL) when the handle is dropped. [`DevClickHouse::kill`]
 //! and [`DevClickHouse::restart`] simulate an outage on the same ports and data directory.
+//! [`DevClickHouse::start_cluster`] starts several servers forming one ClickHouse cluster (a
+//! `<remote_servers>` section naming every server's TCP port, one shard each; plain `MergeTree`
+//! shards behind `Distributed` tables need no ZooKeeper).
 //!
 //! 18.16 waits for open HTTP keep-alive connections when it shuts down: drop the ClickHouse clients
 //! of the same process (and let their runtime run for a moment) before dropping the server, or
@@ -130,6 +133,30 @@ fn render_config(dir: &Path, http_port: u16, tcp_port: u16) -> String {
         .replace("@TCP_PORT@", &tcp_port.to_string())
 }
 
+/// [`render_config`] with `extra` (XML elements) added at the end of the root element.
+fn render_config_with(dir: &Path, http_port: u16, tcp_port: u16, extra: &str) -> String {
+    let config = render_config(dir, http_port, tcp_port);
+    match config.rfind("</yandex>") {
+        Some(end) if !extra.is_empty() => format!("{}{extra}\n{}", &config[..end], &config[end..]),
+        _ => config,
+    }
+}
+
+/// A `<remote_servers>` section defining cluster `name` with one shard per loopback TCP port, and
+/// the `{cluster}` macro.
+pub fn remote_servers_xml(name: &str, tcp_ports: &[u16]) -> String {
+    let name = xml_escape(name);
+    let mut xml = format!("    <remote_servers>\n        <{name}>\n");
+    for port in tcp_ports {
+        xml.push_str(&format!(
+            "            <shard><replica><host>127.0.0.1</host><port>{port}</port></replica></shard>\n"
+        ));
+    }
+    xml.push_str(&format!("        </{name}>\n    </remote_servers>\n"));
+    xml.push_str(&format!("    <macros><cluster>{name}</cluster></macros>"));
+    xml
+}
+
 #[derive(Debug)]
 enum Dir {
     Temp(tempfile::TempDir),
@@ -152,6 +179,8 @@ pub struct DevClickHouse {
     server: ServerCmd,
     http_port: u16,
     tcp_port: u16,
+    /// XML elements added to the rendered config (the cluster's `<remote_servers>`).
+    extra_config: String,
     // Declared last: removed after the server is stopped in `Drop`.
     dir: Dir,
 }
@@ -176,12 +205,7 @@ impl DevClickHouse {
 
     fn start_with(dir: Dir) -> Result<DevClickHouse, DevChError> {
         let server = server_cmd()?;
-        let root = dir.path();
-        for sub in ["data", "tmp", "log", "user_files", "format_schemas"] {
-            let p = root.join(sub);
-            std::fs::create_dir_all(&p).map_err(io(format!("creating {}", p.display())))?;
-        }
-        let mut ch = DevClickHouse { child: None, server, http_port: 0, tcp_port: 0, dir };
+        let mut ch = DevClickHouse::unstarted(server, dir)?;
         // A port picked here can be taken by someone else before the server binds it: retry with
         // fresh ports a few times when that is why the server exited.
         let mut attempt = 0;
@@ -199,15 +223,80 @@ impl DevClickHouse {
         }
     }
 
+    /// A handle with its directories created and no process yet.
+    fn unstarted(server: ServerCmd, dir: Dir) -> Result<DevClickHouse, DevChError> {
+        for sub in ["data", "tmp", "log", "user_files", "format_schemas"] {
+            let p = dir.path().join(sub);
+            std::fs::create_dir_all(&p).map_err(io(format!("creating {}", p.display())))?;
+        }
+        Ok(DevClickHouse { child: None, server, http_port: 0, tcp_port: 0, extra_config: String::new(), dir })
+    }
+
+    /// Starts `shards` servers (temporary directories) forming cluster `name`: every server's
+    /// config has the same `<remote_servers>` section listing all of them, one shard (with one
+    /// replica) per server, in the order returned. Retries with fresh ports when one was taken.
+    pub fn start_cluster(name: &str, shards: usize) -> Result<Vec<DevClickHouse>, DevChError> {
+        let server = server_cmd()?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut servers = Vec::with_capacity(shards);
+            let mut taken = std::collections::HashSet::new();
+            let mut fresh_port = || -> Result<u16, DevChError> {
+                loop {
+                    let port = free_port()?;
+                    if taken.insert(port) {
+                        return Ok(port);
+                    }
+                }
+            };
+            for _ in 0..shards {
+                let dir = tempfile::Builder::new()
+                    .prefix("oomlens-devch-")
+                    .tempdir()
+                    .map_err(io("creating a temporary directory"))?;
+                let mut ch = DevClickHouse::unstarted(server.clone(), Dir::Temp(dir))?;
+                ch.http_port = fresh_port()?;
+                ch.tcp_port = fresh_port()?;
+                servers.push(ch);
+            }
+            let tcp_ports: Vec<u16> = servers.iter().map(|s| s.tcp_port).collect();
+            let xml = remote_servers_xml(name, &tcp_ports);
+            let mut result = Ok(());
+            for ch in &mut servers {
+                ch.extra_config.clone_from(&xml);
+                ch.write_config()?;
+                result = ch.spawn_and_wait();
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Ok(()) => return Ok(servers),
+                Err(DevChError::Exited { log_tail, .. })
+                    if attempt < 3 && log_tail.contains("Address already in use") =>
+                {
+                    tracing::debug!("dev ClickHouse cluster: port taken, retrying with fresh ports");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn pick_ports(&mut self) -> Result<(), DevChError> {
-        let root = self.dir.path().to_path_buf();
         self.http_port = free_port()?;
         self.tcp_port = free_port()?;
         while self.tcp_port == self.http_port {
             self.tcp_port = free_port()?;
         }
+        self.write_config()
+    }
+
+    /// Writes `config.xml` (for the current ports and extra config) and `users.xml`.
+    fn write_config(&self) -> Result<(), DevChError> {
+        let root = self.dir.path().to_path_buf();
         let config = root.join("config.xml");
-        std::fs::write(&config, render_config(&root, self.http_port, self.tcp_port))
+        std::fs::write(&config, render_config_with(&root, self.http_port, self.tcp_port, &self.extra_config))
             .map_err(io(format!("writing {}", config.display())))?;
         let users = root.join("users.xml");
         std::fs::write(&users, USERS_TEMPLATE).map_err(io(format!("writing {}", users.display())))?;
@@ -436,6 +525,21 @@ mod tests {
         assert!(cfg.contains("<tcp_port>5678</tcp_port>"), "{cfg}");
         assert!(cfg.contains("<path>/tmp/x&amp;y/data/</path>"), "{cfg}");
         assert!(!cfg.contains('@'), "{cfg}");
+    }
+
+    #[test]
+    fn cluster_config_names_every_shard() {
+        let xml = remote_servers_xml("oomlens_test", &[9001, 9002]);
+        let cfg = render_config_with(Path::new("/tmp/x"), 1234, 9001, &xml);
+        assert!(cfg.contains("<oomlens_test>"), "{cfg}");
+        assert_eq!(cfg.matches("<shard><replica><host>127.0.0.1</host>").count(), 2, "{cfg}");
+        assert!(cfg.contains("<port>9002</port>"), "{cfg}");
+        let end = cfg.find("</remote_servers>").unwrap();
+        assert!(end < cfg.rfind("</yandex>").unwrap(), "{cfg}");
+        assert_eq!(
+            render_config_with(Path::new("/tmp/x"), 1, 2, ""),
+            render_config(Path::new("/tmp/x"), 1, 2)
+        );
     }
 
     #[test]
