@@ -1,6 +1,7 @@
 //! `oomlens-collector`: QUIC ingest into ClickHouse, and the `oomlens` CLI.
 //!
 //! * [`identity`] — the authenticated agent of a connection.
+//! * [`attribution`] — correlation features, the ordered rule set, accuracy against ground truth.
 //! * [`clickhouse`] — client, version detection, migrations, schema check, batched sink, retention.
 //! * [`devch`] — a throw-away local ClickHouse server (tests, demo, benches).
 //! * [`server`] — the QUIC server: sessions, validation, ack-after-insert.
@@ -12,6 +13,7 @@
 //! * [`report`] — running the built-in queries and rendering them (`oomlens sql`, the demo report).
 //! * [`demo`] — `oomlens demo`.
 
+pub mod attribution;
 pub mod certs;
 pub mod cli;
 pub mod clickhouse;

@@ -36,7 +36,15 @@ macro_rules! builtin {
     };
 }
 
-builtin!["table_counts", "oom_events", "scenario_breakdown", "gpu_memory_curve"];
+builtin![
+    "table_counts",
+    "oom_events",
+    "scenario_breakdown",
+    "gpu_memory_curve",
+    "oom_features",
+    "oom_attribution",
+    "oom_neighbours",
+];
 
 /// A query parameter's type (the ClickHouse type name in the header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

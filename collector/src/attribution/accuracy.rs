@@ -1,0 +1,171 @@
+//! Measuring attribution against ground truth: a confusion matrix of truth × attributed scenario,
+//! per-scenario precision and recall, and the macro averages (issue 5 §4).
+//!
+//! "Macro-averaged accuracy" is the mean of the per-scenario recalls over the scenarios present in
+//! the truth (balanced accuracy): every scenario weighs the same, however rare.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use oomlens_schema::Scenario;
+
+use super::AttributedEvent;
+
+/// Counts of (truth, attributed) pairs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfusionMatrix {
+    counts: BTreeMap<(Scenario, Scenario), u64>,
+}
+
+impl ConfusionMatrix {
+    /// An empty matrix.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events that carry a ground-truth label (simulated ones), each once.
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a AttributedEvent>) -> Self {
+        let mut m = Self::new();
+        for e in events {
+            if let Ok(truth) = e.features.truth_scenario.parse::<Scenario>() {
+                m.add(truth, e.attribution.scenario);
+            }
+        }
+        m
+    }
+
+    /// Counts one event.
+    pub fn add(&mut self, truth: Scenario, attributed: Scenario) {
+        *self.counts.entry((truth, attributed)).or_default() += 1;
+    }
+
+    /// Events with this truth and this attribution.
+    pub fn count(&self, truth: Scenario, attributed: Scenario) -> u64 {
+        self.counts.get(&(truth, attributed)).copied().unwrap_or(0)
+    }
+
+    /// Every counted event.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// Events attributed to their true scenario.
+    pub fn correct(&self) -> u64 {
+        self.counts.iter().filter(|((t, a), _)| t == a).map(|(_, n)| n).sum()
+    }
+
+    /// Events whose truth is `s`.
+    pub fn support(&self, s: Scenario) -> u64 {
+        self.counts.iter().filter(|((t, _), _)| *t == s).map(|(_, n)| n).sum()
+    }
+
+    fn attributed(&self, s: Scenario) -> u64 {
+        self.counts.iter().filter(|((_, a), _)| *a == s).map(|(_, n)| n).sum()
+    }
+
+    /// The scenarios that occur in the truth, in taxonomy order.
+    pub fn truths(&self) -> Vec<Scenario> {
+        Scenario::ALL.into_iter().filter(|s| self.support(*s) > 0).collect()
+    }
+
+    /// Of the events attributed to `s`, the share that truly are `s` (None: none attributed).
+    pub fn precision(&self, s: Scenario) -> Option<f64> {
+        let n = self.attributed(s);
+        (n > 0).then(|| self.count(s, s) as f64 / n as f64)
+    }
+
+    /// Of the events that truly are `s`, the share attributed to `s` (None: none occurred).
+    pub fn recall(&self, s: Scenario) -> Option<f64> {
+        let n = self.support(s);
+        (n > 0).then(|| self.count(s, s) as f64 / n as f64)
+    }
+
+    /// The share of all events attributed correctly (None when empty).
+    pub fn accuracy(&self) -> Option<f64> {
+        let n = self.total();
+        (n > 0).then(|| self.correct() as f64 / n as f64)
+    }
+
+    /// Mean recall over the scenarios present in the truth (None when empty).
+    pub fn macro_accuracy(&self) -> Option<f64> {
+        mean(self.truths().into_iter().filter_map(|s| self.recall(s)))
+    }
+
+    /// Mean precision over the scenarios present in the truth (a scenario never attributed counts 0).
+    pub fn macro_precision(&self) -> Option<f64> {
+        mean(self.truths().into_iter().map(|s| self.precision(s).unwrap_or(0.0)))
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1} %", v * 100.0))
+}
+
+/// The matrix (rows: truth, columns: attributed), then precision / recall per scenario and the
+/// averages.
+impl fmt::Display for ConfusionMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cols: Vec<Scenario> =
+            Scenario::ALL.into_iter().filter(|s| self.support(*s) > 0 || self.attributed(*s) > 0).collect();
+        write!(f, "{:<15}", "truth \\ rules")?;
+        for c in &cols {
+            write!(f, " {:>13}", c.as_str())?;
+        }
+        writeln!(f, " {:>8} {:>10} {:>9}", "support", "precision", "recall")?;
+        for t in &cols {
+            write!(f, "{:<15}", t.as_str())?;
+            for c in &cols {
+                write!(f, " {:>13}", self.count(*t, *c))?;
+            }
+            writeln!(
+                f,
+                " {:>8} {:>10} {:>9}",
+                self.support(*t),
+                pct(self.precision(*t)),
+                pct(self.recall(*t))
+            )?;
+        }
+        writeln!(
+            f,
+            "events {}, correct {}, accuracy {}, macro-averaged accuracy (mean recall) {}, macro precision {}",
+            self.total(),
+            self.correct(),
+            pct(self.accuracy()),
+            pct(self.macro_accuracy()),
+            pct(self.macro_precision())
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_recall_and_macro_average() {
+        let mut m = ConfusionMatrix::new();
+        for _ in 0..9 {
+            m.add(Scenario::Batch, Scenario::Batch);
+        }
+        m.add(Scenario::Batch, Scenario::Sequence);
+        m.add(Scenario::Sequence, Scenario::Sequence);
+        assert_eq!(m.total(), 11);
+        assert_eq!(m.correct(), 10);
+        assert_eq!(m.recall(Scenario::Batch), Some(0.9));
+        assert_eq!(m.recall(Scenario::Sequence), Some(1.0));
+        assert_eq!(m.precision(Scenario::Sequence), Some(0.5));
+        assert_eq!(m.precision(Scenario::Static), None);
+        assert!((m.macro_accuracy().unwrap() - 0.95).abs() < 1e-12);
+        assert!((m.macro_precision().unwrap() - 0.75).abs() < 1e-12);
+        assert_eq!(m.truths(), [Scenario::Batch, Scenario::Sequence]);
+        let text = m.to_string();
+        assert!(text.contains("macro-averaged accuracy (mean recall) 95.0 %"), "{text}");
+        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("batch") && l.contains(" 9 ")), "{text}");
+        assert_eq!(ConfusionMatrix::new().macro_accuracy(), None);
+    }
+}

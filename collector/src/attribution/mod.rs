@@ -1,0 +1,60 @@
+//! Attribution (DESIGN §7, issue 5): why did each OOM happen, how sure are we, what to do.
+//!
+//! * [`features`] — the correlation queries' typed rows (`oom_features`, `oom_neighbours`,
+//!   `oom_attribution`) and fetching them with bound parameters; the features themselves are
+//!   computed in ClickHouse (`collector/sql/oom_features.sql`).
+//! * [`rules`] — the ordered rule set: features → scenario, confidence, evidence, remedy.
+//! * [`accuracy`] — confusion matrix, precision / recall against the simulator's ground truth.
+//!
+//! [`attribute_window`] is the entry point for reports: every event of a time window with its
+//! features and attribution, newest first. The rules never read `truth_scenario`.
+
+pub mod accuracy;
+pub mod features;
+pub mod rules;
+
+pub use accuracy::ConfusionMatrix;
+pub use features::{FeatureWindow, Neighbour, OomFeatures, SqlAttribution};
+pub use rules::{Attribution, Rule, attribute};
+
+use crate::queries::QueryError;
+
+/// Fetching or attributing events failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AttributionError {
+    /// A query or its arguments are wrong.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// A built-in query this module needs is not registered.
+    #[error("built-in query {0:?} is missing")]
+    MissingQuery(String),
+    /// ClickHouse failed.
+    #[error("ClickHouse: {0}")]
+    ClickHouse(#[from] clickhouse::error::Error),
+}
+
+/// One OOM event with its features and what the rules concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributedEvent {
+    /// The `oom_features` row.
+    pub features: OomFeatures,
+    /// The rules' answer.
+    pub attribution: Attribution,
+}
+
+/// Every event of `window` (deduplicated), attributed, newest first.
+pub async fn attribute_window(
+    client: &clickhouse::Client,
+    db: &str,
+    window: &FeatureWindow,
+) -> Result<Vec<AttributedEvent>, AttributionError> {
+    let rows = features::fetch_features(client, db, window).await?;
+    tracing::debug!(events = rows.len(), "attributing OOM events");
+    Ok(rows
+        .into_iter()
+        .map(|features| {
+            let attribution = attribute(&features);
+            AttributedEvent { features, attribution }
+        })
+        .collect())
+}
