@@ -122,6 +122,12 @@ pub async fn resolve(main: &Ch, cfg: &ChConfig) -> Result<Topology, ChError> {
     } else {
         cfg.shard_urls.clone()
     };
+    let hint = if cfg.shard_urls.is_empty() {
+        " — URLs are derived from clickhouse.url's port; set clickhouse.shard_urls when the servers' \
+         HTTP ports differ"
+    } else {
+        ""
+    };
     let mut replicas: Vec<Replica> = Vec::with_capacity(rows.len());
     for url in urls {
         let ch = Ch::connect_server(&replica_config(cfg, url.clone())).await?;
@@ -130,22 +136,16 @@ pub async fn resolve(main: &Ch, cfg: &ChConfig) -> Result<Topology, ChError> {
         let [me] = local.as_slice() else {
             return Err(ChError::InvalidConfig(format!(
                 "the server at {url} {} of cluster {name:?} in its own system.clusters \
-                 (is_local rows: {}); check clickhouse.shard_urls and <remote_servers>{}",
+                 (is_local rows: {}); check clickhouse.shard_urls and <remote_servers>{hint}",
                 if local.is_empty() { "is not a host" } else { "is more than one host" },
                 local.len(),
-                if cfg.shard_urls.is_empty() {
-                    " — URLs are derived from clickhouse.url's port; set clickhouse.shard_urls when the \
-                     servers' HTTP ports differ"
-                } else {
-                    ""
-                }
             )));
         };
         if let Some(other) =
             replicas.iter().find(|r| (r.shard_num, r.replica_num) == (me.shard_num, me.replica_num))
         {
             return Err(ChError::InvalidConfig(format!(
-                "{url} and {} are the same replica (shard {}, replica {}) of cluster {name:?}",
+                "{url} and {} are the same replica (shard {}, replica {}) of cluster {name:?}{hint}",
                 other.ch.url(),
                 me.shard_num,
                 me.replica_num
