@@ -101,7 +101,7 @@ SELECT
         + if(optimizer = '', 0, intDiv(params_per_gpu * weight_bytes_per_param, if(ifNull(zero_stage, 0) >= 2, zero_divisor, 1)))
         + intDiv(params_per_gpu * optimizer_bytes_per_param, if(ifNull(zero_stage, 0) >= 1, zero_divisor, 1)))
         AS static_estimate_bytes,
-    toUInt64(if(flash_attention = 1, 0,
+    toUInt64(if(ifNull(flash_attention, 0) = 1, 0,
         2 * batch_size * intDiv(heads, greatest(ifNull(tensor_parallel, 1), 1)) * seq_len * seq_len
             * if(precision = 'fp32', 2, 1))) AS attention_bytes,
     length(other_pids) AS others_listed,

@@ -1,0 +1,138 @@
+//! The correlation queries on a real ClickHouse over the SQL fixtures
+//! (`collector/tests/fixtures/sql`, also used by the 18.16 vs chdb-core check): every row decodes
+//! into the Row structs, the SQL rule set (`oom_attribution`) and the Rust one agree on every event
+//! (full and partial data, every kind), and each hand-made case of the `attr-lab` node fires the
+//! rule it was written for.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use oomlens_collector::attribution::{self, FeatureWindow, Rule};
+use oomlens_collector::clickhouse::{Ch, ChConfig};
+
+async fn load_fixtures(ch: &Ch) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql");
+    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
+        let rows = std::fs::read_to_string(dir.join(format!("{table}.jsonl"))).unwrap();
+        ch.client()
+            .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{rows}"))
+            .execute()
+            .await
+            .unwrap_or_else(|e| panic!("loading {table}: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_and_rust_rules_agree_on_the_fixtures() {
+    let server = start_clickhouse();
+    let cfg = ChConfig {
+        url: server.url(),
+        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    };
+    let ch = Ch::connect(&cfg).await.unwrap();
+    ch.migrate().await.unwrap();
+    load_fixtures(&ch).await;
+    let db = ch.client();
+
+    let events = attribution::attribute_window(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let sql =
+        attribution::features::fetch_sql_attributions(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let distinct: u64 = db
+        .query("SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events")
+        .fetch_one()
+        .await
+        .unwrap();
+    assert_eq!(events.len() as u64, distinct, "one row per event, re-sent copies collapsed");
+    assert_eq!(sql.len(), events.len());
+    let mut kinds = std::collections::BTreeSet::new();
+    for (s, e) in sql.iter().zip(&events) {
+        let f = &e.features;
+        assert_eq!(
+            (s.cluster.as_str(), s.node.as_str(), s.event_id),
+            (f.cluster.as_str(), f.node.as_str(), f.event_id)
+        );
+        assert_eq!(s.rule, e.attribution.rule.id(), "event {} ({}): SQL vs Rust", f.event_id, f.kind);
+        assert_eq!(s.scenario, e.attribution.scenario.as_str());
+        assert_eq!(s.confidence_pct, e.attribution.confidence_pct, "event {}", f.event_id);
+        assert_eq!(s.missing, e.attribution.missing, "event {}", f.event_id);
+        kinds.insert(f.kind.clone());
+    }
+    assert_eq!(kinds.len(), 4, "every event kind is covered: {kinds:?}");
+
+    // The hand-made cases, one per rule.
+    let expected = [
+        (1, Rule::StaticEstimate, 95),
+        (2, Rule::BatchActivations, 85),
+        (3, Rule::SequenceAttention, 90),
+        (4, Rule::NeighboursTookIt, 85),
+        (5, Rule::CacheCouldServe, 90),
+        (6, Rule::FragmentedCache, 75),
+        (7, Rule::HostOomKill, 95),
+        (8, Rule::XidError, 30),
+        (9, Rule::SequenceSingleRequest, 35),
+        (10, Rule::StaticAtStartup, 65),
+        (11, Rule::NeighbourGrowth, 25),
+        (12, Rule::NoEvidence, 5),
+        (13, Rule::BatchActivations, 75),
+    ];
+    for (case, rule, confidence) in expected {
+        let e = events
+            .iter()
+            .find(|e| {
+                e.features.node == "gpu-node-21" && e.features.event_id == 7_000_000_000_000_000_000 + case
+            })
+            .unwrap_or_else(|| panic!("case {case} missing"));
+        assert_eq!(
+            (e.attribution.rule, e.attribution.confidence_pct),
+            (rule, confidence),
+            "case {case}: {:#?}",
+            e
+        );
+        assert!(e.attribution.evidence[0].starts_with(&format!("rule {}", rule.id())));
+        if !e.features.truth_scenario.is_empty() {
+            assert_eq!(e.features.truth_scenario, e.attribution.scenario.as_str(), "case {case}");
+        }
+    }
+    let case = |n: u64| events.iter().find(|e| e.features.event_id == 7_000_000_000_000_000_000 + n).unwrap();
+    // Inferred phase: young process climbing from its context.
+    assert_eq!(case(10).features.phase_source, "inferred");
+    assert_eq!(case(10).features.phase_effective, "startup");
+    // Static estimate: 13.016 B params × (2 + 2 + 12) B.
+    assert_eq!(case(1).features.static_estimate_bytes, Some(13_016_000_000 * 16));
+    // ZeRO-3 over 4 in fp32 with Adam: (4 + 4 + 8) B / 4 per parameter.
+    assert_eq!(case(13).features.static_estimate_bytes, Some(2_775_000_000 * 16 / 4));
+    // Contention: the message lists the neighbour; the samples show it grew 34 GiB.
+    let c4 = &case(4).features;
+    assert_eq!(c4.others_bytes, Some(42 << 30));
+    assert_eq!(c4.top_neighbour_growth_bytes, 34 << 30);
+    assert!(
+        case(4).attribution.evidence.iter().any(|l| l.contains("grew by +33.50 GiB")),
+        "{:?}",
+        case(4).attribution.evidence
+    );
+    assert!(case(9).attribution.missing.contains(&"job shape"));
+
+    // Neighbours: ranked by growth, the failing process excluded; host OOM: the whole node.
+    let neighbours =
+        attribution::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 5).await.unwrap();
+    let of = |n: u64| -> Vec<u32> {
+        neighbours
+            .iter()
+            .filter(|x| x.event_id == 7_000_000_000_000_000_000 + n)
+            .map(|x| x.neighbour_pid)
+            .collect()
+    };
+    assert_eq!(of(4), [60_004, 60_005], "the growing server first");
+    assert_eq!(of(7), [60_007, 60_008], "host OOM: processes on every GPU of the node");
+    assert_eq!(of(11), [60_011]);
+    let top = neighbours.iter().find(|x| x.event_id == 7_000_000_000_000_000_004).unwrap();
+    assert_eq!((top.growth_bytes, top.present, top.neighbour_name.as_str()), (34 << 30, 1, "vllm"));
+    let one = attribution::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 1).await.unwrap();
+    assert!(one.iter().filter(|x| x.event_id == 7_000_000_000_000_000_004).count() == 1);
+    drop(ch);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+}
