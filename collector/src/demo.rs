@@ -14,6 +14,7 @@ use serde::Deserialize;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use crate::attribution::{AttributedEvent, FeatureWindow, attribute_window};
 use crate::certs::mint_dev_pki;
 use crate::clickhouse::ChConfig;
 use crate::config::CollectorConfig;
@@ -92,6 +93,8 @@ pub struct DemoOutcome {
     pub sent: AgentTotals,
     /// The OOM events.
     pub events: Vec<EventLine>,
+    /// Every OOM event attributed by the rule set (`oom_features` + [`crate::attribution`]).
+    pub attributions: Vec<AttributedEvent>,
     /// Real time taken.
     pub elapsed: Duration,
 }
@@ -184,8 +187,11 @@ async fn run_with_clickhouse(
     let events = fetch_events(client.client(), &database, 0, i64::MAX)
         .await
         .map_err(|e| setup("query")(e.to_string()))?;
+    let attributions = attribute_window(client.client(), &database, &FeatureWindow::ALL)
+        .await
+        .map_err(|e| setup("attribution")(e.to_string()))?;
     let _ = stats;
-    Ok(DemoOutcome { table_counts, sent, events, elapsed: started.elapsed() })
+    Ok(DemoOutcome { table_counts, sent, events, attributions, elapsed: started.elapsed() })
 }
 
 async fn run_fleet(

@@ -134,15 +134,30 @@ pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Res
     writeln!(out, "{} OOM events:", o.events.len())?;
     writeln!(
         out,
-        "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  scenario (ground truth)",
+        "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  scenario (ground truth)  attributed (confidence)",
         "node", "gpu", "job", "kind", "framework", "requested", "capacity"
     )?;
+    let attributed: std::collections::HashMap<(&str, &str, u64), &crate::attribution::Attribution> = o
+        .attributions
+        .iter()
+        .map(|a| {
+            ((a.features.cluster.as_str(), a.features.node.as_str(), a.features.event_id), &a.attribution)
+        })
+        .collect();
     let mut events = o.events.clone();
     events.sort_by(|a, b| (a.ts_ms, &a.node, a.gpu_index).cmp(&(b.ts_ms, &b.node, b.gpu_index)));
     for e in &events {
+        let truth = if e.truth_scenario.is_empty() { "-" } else { &e.truth_scenario };
+        let rules = attributed.get(&(e.cluster.as_str(), e.node.as_str(), e.event_id)).map_or_else(
+            || "-".to_owned(),
+            |a| {
+                let mark = if a.scenario.as_str() == truth { "" } else { "  ✗" };
+                format!("{} ({} %){mark}", a.scenario, a.confidence_pct)
+            },
+        );
         writeln!(
             out,
-            "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  {}",
+            "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  {:<23} {}",
             e.node,
             opt(e.gpu_index),
             truncate(&e.workload, 30),
@@ -150,7 +165,8 @@ pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Res
             e.framework,
             human_bytes(e.requested_bytes),
             human_bytes(e.capacity_bytes),
-            if e.truth_scenario.is_empty() { "-" } else { &e.truth_scenario }
+            truth,
+            rules
         )?;
     }
     let mut by: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -164,6 +180,12 @@ pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Res
         "By scenario: {}",
         by.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
     )?;
+    let matrix = crate::attribution::ConfusionMatrix::from_events(&o.attributions);
+    if matrix.total() > 0 {
+        writeln!(out)?;
+        writeln!(out, "Attribution (oom_features + the rule set of docs/attribution.md) vs ground truth:")?;
+        write!(out, "{matrix}")?;
+    }
     writeln!(out, "Done in {:.1} s.", o.elapsed.as_secs_f64())?;
     Ok(())
 }
