@@ -246,7 +246,8 @@ impl TableSpec {
         if caps.ttl && days > 0 {
             let _ = write!(sql, "\nTTL {TS_SECONDS_EXPR} + INTERVAL {days} DAY");
         }
-        if caps.insert_dedup {
+        // Replicated tables deduplicate inserts by themselves (`replicated_deduplication_window`).
+        if caps.insert_dedup && !engine.starts_with("Replicated") {
             let _ = write!(sql, "\nSETTINGS non_replicated_deduplication_window = {DEDUP_WINDOW}");
         }
         sql
@@ -594,6 +595,13 @@ mod tests {
             "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/oomlens/agents', '{replica}', last_seq)"
         ));
         assert!(all.contains("CREATE TABLE IF NOT EXISTS oomlens.agents ON CLUSTER prod ("));
+        assert!(!all.contains("non_replicated_deduplication_window"), "{all}");
+        let plain = ClusterDdl { replicated: false, ..c.clone() };
+        assert!(
+            tables()[0]
+                .create_local_sql("oomlens", caps, Retention::default(), &plain)
+                .contains("SETTINGS non_replicated_deduplication_window")
+        );
         // Codecs and TTL only on the storage tables.
         let dist = tables()[0].create_distributed_sql("oomlens", caps, &c);
         assert!(!dist.contains("CODEC") && !dist.contains("TTL"), "{dist}");
