@@ -7,12 +7,21 @@
 //! ends, the agent backs off and reconnects (to the next collector when several are listed) and
 //! re-sends whatever is still pending: at-least-once delivery, made idempotent by (agent, boot id,
 //! seq) on the collector.
+//!
+//! Several collectors: each agent starts at the endpoint [`first_collector`] picks from a hash of
+//! its agent id (a fleet spreads evenly over the list, and one agent always starts at the same
+//! one), stays there while sessions succeed, and moves to the next endpoint in the list after a
+//! failed session — so when a collector dies its agents spread over the rest.
+//!
+//! TLS reload: before every connection attempt the CA bundle, certificate and key are re-read;
+//! when their content changed the next connection uses the new material (a broken file is logged
+//! and counted once, and the previous material stays in use).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use oomlens_schema::tls::{TlsError, TlsFiles};
+use oomlens_schema::tls::{Reload, TlsError, TlsFiles, TlsMaterial, TlsWatch, client_config_from};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
 use oomlens_schema::{Batch, Frame, FrameError, Hello};
 use tokio::sync::{Notify, mpsc, watch};
@@ -73,6 +82,8 @@ enum SessionError {
     ConnectTimeout(SocketAddr),
     #[error("connection lost: {0}")]
     Connection(#[from] quinn::ConnectionError),
+    #[error("TLS handshake with {0} failed: {1}")]
+    Tls(SocketAddr, quinn::ConnectionError),
     #[error("stream: {0}")]
     Write(#[from] quinn::WriteError),
     #[error(transparent)]
@@ -93,7 +104,10 @@ impl SessionError {
             SessionError::Resolve(..) => "resolve",
             SessionError::Connect(..) => "connect",
             SessionError::ConnectTimeout(_) => "connect_timeout",
+            // With mutual TLS a refused client certificate shows after `connect()` returned.
+            SessionError::Connection(e) if is_tls_failure(e) => "tls",
             SessionError::Connection(_) => "connection",
+            SessionError::Tls(..) => "tls",
             SessionError::Write(_) => "write",
             SessionError::Transport(_) => "transport",
             SessionError::Refused(_) => "refused",
@@ -232,6 +246,7 @@ pub struct Uplink {
     cfg: UplinkConfig,
     hello: Hello,
     client_config: quinn::ClientConfig,
+    tls: Mutex<TlsWatch>,
     shared: Arc<Shared>,
 }
 
@@ -252,7 +267,9 @@ impl Uplink {
         if cfg.collectors.is_empty() {
             return Err(UplinkError::NoCollectors);
         }
-        let client_config = oomlens_schema::tls::client_config(&cfg.tls, cfg.idle_timeout)?;
+        let material = TlsMaterial::read(&cfg.tls)?;
+        let client_config = client_config_from(&material, &cfg.tls, cfg.idle_timeout)?;
+        let tls = Mutex::new(TlsWatch::new(cfg.tls.clone(), Some(material)));
         let last_pushed = spool.first_seq().map_or(0, |s| s.saturating_sub(1));
         let shared = Arc::new(Shared {
             state: Mutex::new(SpoolState {
@@ -267,7 +284,7 @@ impl Uplink {
             metrics,
         });
         let handle = UplinkHandle { shared: shared.clone() };
-        Ok((Uplink { cfg, hello, client_config, shared }, handle))
+        Ok((Uplink { cfg, hello, client_config, tls, shared }, handle))
     }
 
     /// Runs sessions until `finish` was called and everything is acknowledged, or `stop` turns true.
@@ -276,12 +293,13 @@ impl Uplink {
         let mut endpoint = quinn::Endpoint::client(bind).map_err(UplinkError::Endpoint)?;
         endpoint.set_default_client_config(self.client_config.clone());
         let n = self.cfg.collectors.len();
-        let mut next = fnv1a(self.hello.agent_id.as_bytes()) as usize % n;
+        let mut next = first_collector(&self.hello.agent_id, n);
         let mut backoff = self.cfg.backoff_initial;
         loop {
             if self.is_drained() || *stop.borrow() {
                 break;
             }
+            self.reload_tls(&mut endpoint);
             let target = self.cfg.collectors[next].clone();
             let started = Instant::now();
             let outcome = tokio::select! {
@@ -310,6 +328,30 @@ impl Uplink {
         Ok(())
     }
 
+    /// Uses rotated TLS files for the next connection when their content changed.
+    fn reload_tls(&self, endpoint: &mut quinn::Endpoint) {
+        let mut watch = self.tls.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let idle = self.cfg.idle_timeout;
+        match watch.check(false, |m, f| client_config_from(m, f, idle)) {
+            Reload::Unchanged => {}
+            Reload::Reloaded(cfg) => {
+                endpoint.set_default_client_config(cfg);
+                self.shared.metrics.tls_reloads.get_or_create(&vec![("result", "ok".to_owned())]).inc();
+                info!(cert = %watch.files().cert.display(), "TLS material changed; the next connection uses it");
+            }
+            Reload::Failed { error, repeated } => {
+                if !repeated {
+                    self.shared
+                        .metrics
+                        .tls_reloads
+                        .get_or_create(&vec![("result", "error".to_owned())])
+                        .inc();
+                    warn!(error = %error, "cannot use the changed TLS files; keeping the previous material");
+                }
+            }
+        }
+    }
+
     fn is_drained(&self) -> bool {
         let st = self.shared.lock();
         st.finishing && st.spool.is_empty()
@@ -324,9 +366,13 @@ impl Uplink {
         let connecting = endpoint
             .connect(addr, &self.cfg.server_name)
             .map_err(|e| SessionError::Connect(addr, e.to_string()))?;
-        let conn = tokio::time::timeout(self.cfg.connect_timeout, connecting)
-            .await
-            .map_err(|_| SessionError::ConnectTimeout(addr))??;
+        let conn = match tokio::time::timeout(self.cfg.connect_timeout, connecting).await {
+            Err(_) => return Err(SessionError::ConnectTimeout(addr)),
+            // The collector's certificate is not trusted or not valid for `server_name`, or the
+            // collector refused ours during the handshake.
+            Ok(Err(e)) if is_tls_failure(&e) => return Err(SessionError::Tls(addr, e)),
+            Ok(r) => r?,
+        };
         let result = self.converse(&conn).await;
         match &result {
             Ok(()) => conn.close(0u32.into(), b"done"),
@@ -462,7 +508,59 @@ impl Uplink {
     }
 }
 
-/// FNV-1a, a stable hash (unlike `DefaultHasher`) to spread agents over collectors.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+/// True when a connection failed in the TLS handshake (a QUIC `CRYPTO_ERROR`, sent or received).
+fn is_tls_failure(e: &quinn::ConnectionError) -> bool {
+    let crypto =
+        |code: quinn::TransportErrorCode| (0..=u8::MAX).any(|a| quinn::TransportErrorCode::crypto(a) == code);
+    match e {
+        quinn::ConnectionError::TransportError(t) => crypto(t.code),
+        quinn::ConnectionError::ConnectionClosed(c) => crypto(c.error_code),
+        _ => false,
+    }
+}
+
+/// The index of the collector endpoint an agent starts with: a stable hash of its agent id, so
+/// the agents of a fleet spread evenly over `endpoints` (and each one always starts at the same).
+pub fn first_collector(agent_id: &str, endpoints: usize) -> usize {
+    if endpoints == 0 {
+        return 0;
+    }
+    // FNV-1a (stable across builds, unlike `DefaultHasher`), then the SplitMix64 finaliser so that
+    // ids differing only in their last characters (node-001, node-002, …) spread too.
+    let mut h = agent_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    (h % endpoints as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_collector;
+
+    #[test]
+    fn agents_spread_evenly_over_collectors_and_keep_their_start() {
+        for endpoints in [2usize, 3, 5] {
+            let mut per = vec![0usize; endpoints];
+            let agents = 3000;
+            for i in 0..agents {
+                per[first_collector(&format!("gpu-node-{i:04}"), endpoints)] += 1;
+            }
+            let even = agents / endpoints;
+            for (k, n) in per.iter().enumerate() {
+                // Within 10 % of an even share (a binomial spread is ~2-3 %).
+                assert!(
+                    n.abs_diff(even) * 10 <= even,
+                    "{endpoints} endpoints: endpoint {k} got {n} of {agents}"
+                );
+            }
+        }
+        assert_eq!(first_collector("node-a", 3), first_collector("node-a", 3), "stable");
+        assert_eq!(first_collector("node-a", 1), 0);
+        assert_eq!(first_collector("node-a", 0), 0);
+    }
 }
