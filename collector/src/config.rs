@@ -35,6 +35,11 @@ pub struct CollectorSection {
     pub idle_timeout_ms: u64,
     /// Time for TLS + Hello, ms.
     pub handshake_timeout_ms: u64,
+    /// Clusters (agent certificate OU) allowed to connect; empty: any cluster signed by the CA.
+    pub allowed_clusters: Vec<String>,
+    /// How often the CA, certificate and key files are checked for changes, ms (0: only on
+    /// SIGHUP). Changed files are used for new connections without a restart.
+    pub tls_reload_interval_ms: u64,
 }
 
 impl Default for CollectorSection {
@@ -49,6 +54,8 @@ impl Default for CollectorSection {
             max_batches_in_flight: 16,
             idle_timeout_ms: 15_000,
             handshake_timeout_ms: 10_000,
+            allowed_clusters: Vec::new(),
+            tls_reload_interval_ms: 30_000,
         }
     }
 }
@@ -94,6 +101,9 @@ impl CollectorConfig {
         if self.collector.idle_timeout_ms < 300 {
             return Err(ConfigError::Invalid("collector.idle_timeout_ms must be at least 300".to_owned()));
         }
+        if self.collector.allowed_clusters.iter().any(|c| c.trim().is_empty()) {
+            return Err(ConfigError::Invalid("collector.allowed_clusters must not contain empty names".to_owned()));
+        }
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
         Ok(self)
     }
@@ -109,6 +119,9 @@ impl CollectorConfig {
             max_connections: c.max_connections,
             max_batches_in_flight: c.max_batches_in_flight,
             collector_id: c.collector_id.clone(),
+            allowed_clusters: c.allowed_clusters.clone(),
+            tls_reload_interval: (c.tls_reload_interval_ms > 0)
+                .then(|| Duration::from_millis(c.tls_reload_interval_ms)),
         }
     }
 }
@@ -116,6 +129,20 @@ impl CollectorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allow_list_and_tls_reload_settings() {
+        let cfg = toml::from_str::<CollectorConfig>("").unwrap().finish().unwrap();
+        assert!(cfg.server().allowed_clusters.is_empty());
+        assert_eq!(cfg.server().tls_reload_interval, Some(Duration::from_secs(30)));
+        let cfg: CollectorConfig =
+            toml::from_str("[collector]\nallowed_clusters = [\"prod-a\"]\ntls_reload_interval_ms = 0\n").unwrap();
+        let server = cfg.finish().unwrap().server();
+        assert_eq!(server.allowed_clusters, vec!["prod-a".to_owned()]);
+        assert_eq!(server.tls_reload_interval, None, "0 turns polling off (SIGHUP still reloads)");
+        let bad: CollectorConfig = toml::from_str("[collector]\nallowed_clusters = [\"\"]\n").unwrap();
+        assert!(bad.finish().is_err());
+    }
 
     #[test]
     fn defaults_and_unknown_keys() {

@@ -7,6 +7,7 @@
 //! * [`server`] — the QUIC server: sessions, validation, ack-after-insert.
 //! * [`service`] — a whole collector: ClickHouse (with retry), migrations, sink, server, telemetry.
 //! * [`certs`] — dev PKI minting (CA, collector and agent certificates).
+//! * [`auth`] — handshake refusal reasons, the cluster allow-list, TLS reload without restart.
 //! * [`cli`] — command-line flags shared by the binaries.
 //! * [`config`] — TOML configuration with CLI/env overrides.
 //! * [`metrics`] — Prometheus `/metrics`.
@@ -14,6 +15,7 @@
 //! * [`demo`] — `oomlens demo`.
 
 pub mod attribution;
+pub mod auth;
 pub mod certs;
 pub mod cli;
 pub mod clickhouse;

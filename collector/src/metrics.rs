@@ -30,6 +30,11 @@ pub struct CollectorMetrics {
     pub bytes_in: Counter,
     /// Refused connections and frames, by reason.
     pub rejects: Family<Labels, Counter>,
+    /// TLS material reloads, by result (`ok`, `error`).
+    pub tls_reloads: Family<Labels, Counter>,
+    /// Sessions whose `Hello` claimed another node or cluster than the certificate (the
+    /// certificate's identity was used).
+    pub identity_mismatches: Counter,
     /// Batches that were already stored (re-sent) and acknowledged without a second insert.
     pub duplicate_batches: Counter,
     /// Seconds from receiving a batch to acknowledging it.
@@ -45,6 +50,8 @@ impl CollectorMetrics {
             frames_in: Family::default(),
             bytes_in: Counter::default(),
             rejects: Family::default(),
+            tls_reloads: Family::default(),
+            identity_mismatches: Counter::default(),
             duplicate_batches: Counter::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
@@ -54,6 +61,12 @@ impl CollectorMetrics {
         r.register("frames_in", "Frames received by kind", m.frames_in.clone());
         r.register("bytes_in", "Frame bytes received", m.bytes_in.clone());
         r.register("rejects", "Refused connections and frames by reason", m.rejects.clone());
+        r.register("tls_reloads", "TLS material reloads by result", m.tls_reloads.clone());
+        r.register(
+            "identity_mismatches",
+            "Sessions whose Hello claimed another node or cluster than the certificate",
+            m.identity_mismatches.clone(),
+        );
         r.register(
             "duplicate_batches",
             "Re-sent batches acknowledged without a second insert",
@@ -69,6 +82,11 @@ impl CollectorMetrics {
     /// Counts a refusal.
     pub fn reject(&self, reason: &str) {
         self.rejects.get_or_create(&vec![("reason", reason.to_owned())]).inc();
+    }
+
+    /// Counts a TLS reload attempt (`ok` or `error`).
+    pub fn tls_reload(&self, result: &str) {
+        self.tls_reloads.get_or_create(&vec![("result", result.to_owned())]).inc();
     }
 }
 

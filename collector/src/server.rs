@@ -21,6 +21,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use crate::auth::TlsReloader;
 use crate::certs::identity_from_der;
 use crate::clickhouse::sink::{Sink, SinkError};
 use crate::identity::AgentIdentity;
@@ -43,6 +44,10 @@ pub struct ServerConfig {
     pub max_batches_in_flight: usize,
     /// This collector's id (logs, `agents` table).
     pub collector_id: String,
+    /// Clusters (certificate OU) allowed to connect; empty: all.
+    pub allowed_clusters: Vec<String>,
+    /// How often the TLS files are checked for changes (`None`: only on request).
+    pub tls_reload_interval: Option<Duration>,
 }
 
 /// The server could not start.
@@ -70,6 +75,8 @@ enum SessionError {
     NoCertificate,
     #[error("client certificate: {0}")]
     Certificate(String),
+    #[error("{0}")]
+    ClusterNotAllowed(String),
     #[error("no Hello within the handshake timeout")]
     HelloTimeout,
     #[error("connection: {0}")]
@@ -87,9 +94,10 @@ enum SessionError {
 impl SessionError {
     fn reason(&self) -> &'static str {
         match self {
-            SessionError::Handshake(_) => "tls",
+            SessionError::Handshake(e) => crate::auth::handshake_reject_reason(e),
             SessionError::NoCertificate => "no_certificate",
             SessionError::Certificate(_) => "certificate",
+            SessionError::ClusterNotAllowed(_) => "cluster_not_allowed",
             SessionError::HelloTimeout => "hello_timeout",
             SessionError::Connection(_) => "connection",
             SessionError::BadFrame(TransportError::Frame(e)) => e.reason(),
@@ -105,7 +113,9 @@ impl SessionError {
         let (code, message) = match self {
             SessionError::BadFrame(e) => (ErrorCode::BadFrame, e.to_string()),
             SessionError::Protocol(m) => (ErrorCode::ProtocolViolation, m.clone()),
-            SessionError::Certificate(m) => (ErrorCode::Unauthorized, m.clone()),
+            SessionError::Certificate(m) | SessionError::ClusterNotAllowed(m) => {
+                (ErrorCode::Unauthorized, m.clone())
+            }
             SessionError::Storage(e) => (ErrorCode::Unavailable, e.to_string()),
             _ => return None,
         };
@@ -120,6 +130,7 @@ pub struct Server {
     endpoint: quinn::Endpoint,
     sink: Sink,
     metrics: Arc<CollectorMetrics>,
+    tls: TlsReloader,
 }
 
 impl Server {
@@ -129,10 +140,18 @@ impl Server {
         sink: Sink,
         metrics: Arc<CollectorMetrics>,
     ) -> Result<Server, ServerError> {
-        let server_config = oomlens_schema::tls::server_config(&cfg.tls, cfg.idle_timeout)?;
+        let material = oomlens_schema::tls::TlsMaterial::read(&cfg.tls)?;
+        let server_config = oomlens_schema::tls::server_config_from(&material, &cfg.tls, cfg.idle_timeout)?;
         let endpoint = quinn::Endpoint::server(server_config, cfg.listen)
             .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
-        Ok(Server { cfg, endpoint, sink, metrics })
+        let tls =
+            TlsReloader::new(endpoint.clone(), cfg.tls.clone(), material, cfg.idle_timeout, metrics.clone());
+        Ok(Server { cfg, endpoint, sink, metrics, tls })
+    }
+
+    /// Reloads the TLS material on request (SIGHUP, tests); a timer does it too when configured.
+    pub fn tls_reloader(&self) -> TlsReloader {
+        self.tls.clone()
     }
 
     /// The bound address (useful with port 0).
@@ -146,6 +165,8 @@ impl Server {
         let limit = Arc::new(Semaphore::new(self.cfg.max_connections.max(1)));
         // Connection tasks live in a JoinSet: if this future is dropped (aborted), they go with it.
         let mut tasks = tokio::task::JoinSet::new();
+        // The poll task holds the endpoint: it must not outlive the server (abort on drop).
+        let _tls_poll = self.cfg.tls_reload_interval.map(|every| AbortOnDrop(self.tls.spawn_poll(every)));
         info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
         loop {
             let incoming = tokio::select! {
@@ -173,6 +194,15 @@ impl Server {
         self.endpoint.close((ErrorCode::ShuttingDown as u32).into(), b"collector shutting down");
         while tasks.join_next().await.is_some() {}
         self.endpoint.wait_idle().await;
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -254,7 +284,13 @@ impl SessionCtx {
             Err(e) => return self.fail(&mut send, SessionError::BadFrame(e)).await,
         };
         self.count_frame("hello", buf.len());
+        if let Err(message) = crate::auth::check_cluster(&self.cfg.allowed_clusters, &cert) {
+            return self.fail(&mut send, SessionError::ClusterNotAllowed(message)).await;
+        }
         let identity = identity(&cert, &hello);
+        if identity.node != hello.node || identity.cluster != hello.cluster {
+            self.metrics.identity_mismatches.inc();
+        }
         let last = match self.sink.last_acked_seq(&identity).await {
             Ok(seq) => seq,
             Err(e) => return self.fail(&mut send, SessionError::Storage(e)).await,
@@ -379,10 +415,16 @@ fn peer_identity(conn: &quinn::Connection) -> Result<crate::certs::CertIdentity,
     identity_from_der(leaf).map_err(|e| SessionError::Certificate(e.to_string()))
 }
 
-/// Merges the certificate identity (authoritative) with the agent's Hello.
+/// Merges the certificate identity (authoritative) with the agent's Hello: node = the
+/// certificate's CN, cluster = its OU (the Hello's cluster only when the certificate has no OU).
+/// A Hello claiming another node or cluster is not refused — rows carry the certificate's
+/// identity, and the mismatch is logged and counted (`identity_mismatches`).
 pub fn identity(cert: &crate::certs::CertIdentity, hello: &Hello) -> AgentIdentity {
     if hello.node != cert.node {
         warn!(claimed = %hello.node, certificate = %cert.node, "agent claims another node name; using the certificate's");
+    }
+    if let Some(cluster) = cert.cluster.as_ref().filter(|c| **c != hello.cluster) {
+        warn!(node = %cert.node, claimed = %hello.cluster, certificate = %cluster, "agent claims another cluster; using the certificate's");
     }
     AgentIdentity {
         cluster: cert.cluster.clone().unwrap_or_else(|| hello.cluster.clone()),

@@ -77,6 +77,7 @@ pub struct RunningCollector {
     /// Connection metrics.
     pub metrics: Arc<CollectorMetrics>,
     shutdown: watch::Sender<bool>,
+    tls: crate::auth::TlsReloader,
     server: JoinHandle<()>,
     sink_task: crate::clickhouse::SinkTask,
     background: Vec<JoinHandle<()>>,
@@ -95,6 +96,13 @@ impl RunningCollector {
             error!(error = %e, "ClickHouse writer ended abnormally");
         }
         info!("collector stopped");
+    }
+
+    /// Re-reads the CA bundle, certificate and key now (SIGHUP) and, when they are valid, uses
+    /// them for new connections; open connections keep theirs. A broken file leaves the current
+    /// material in force.
+    pub fn reload_tls(&self) -> crate::auth::TlsReloadOutcome {
+        self.tls.reload(true)
     }
 
     /// Stops at once without flushing (simulates a crash in tests).
@@ -138,6 +146,7 @@ pub async fn start(
     let addr =
         server.local_addr().map_err(|source| ServerError::Bind { addr: cfg.collector.listen, source })?;
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let tls = server.tls_reloader();
     let server = tokio::spawn(server.run(shutdown_rx));
     readiness.set(true);
     Ok(RunningCollector {
@@ -146,6 +155,7 @@ pub async fn start(
         sink_stats,
         metrics,
         shutdown,
+        tls,
         server,
         sink_task,
         background,

@@ -79,7 +79,7 @@ async fn bad_clients_are_refused_and_counted_while_good_agents_stream() {
         assert!(!e.to_string().contains("unexpected answer"), "{e}");
     }
     assert!(
-        wait_until(Duration::from_secs(5), || rejects(&collector, "tls") >= 1).await,
+        wait_until(Duration::from_secs(5), || rejects(&collector, "unknown_ca") >= 1).await,
         "TLS refusal counted"
     );
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use oomlens_collector::auth::TlsReloadOutcome;
 use oomlens_collector::certs::mint_dev_pki;
 use oomlens_collector::cli::ChArgs;
 use oomlens_collector::clickhouse::{Ch, ChConfig};
@@ -67,6 +68,10 @@ struct ServeArgs {
     /// Serve /metrics, /healthz, /readyz on this address.
     #[arg(long, env = "OOMLENS_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Only accept agents whose certificate names one of these clusters (OU); comma-separated
+    /// or repeated. Replaces `collector.allowed_clusters`.
+    #[arg(long = "allowed-cluster", env = "OOMLENS_ALLOWED_CLUSTERS", value_delimiter = ',')]
+    allowed_clusters: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -169,10 +174,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(v) = args.metrics_listen {
         cfg.telemetry.listen = Some(v);
     }
+    if !args.allowed_clusters.is_empty() {
+        cfg.collector.allowed_clusters = args.allowed_clusters;
+    }
     let mut stop = stop_on_signal();
     let running = oomlens_collector::service::start(cfg, stop.clone()).await?;
     println!("oomlens-collector listening on {} (QUIC)", running.addr);
-    let _ = stop.changed().await;
+    // SIGHUP re-reads the CA bundle, certificate and key (the timer of
+    // collector.tls_reload_interval_ms does too); open connections are not disturbed.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            Some(()) = hangup.recv() => {
+                tracing::info!("SIGHUP: reloading the TLS material");
+                match running.reload_tls() {
+                    TlsReloadOutcome::Failed(e) => tracing::error!(error = %e, "TLS reload failed; the previous material stays in use"),
+                    outcome => tracing::info!(?outcome, "TLS reload done"),
+                }
+            }
+        }
+    }
     running.shutdown().await;
     Ok(())
 }
