@@ -39,6 +39,9 @@ pub struct DemoConfig {
     pub agent_bin: PathBuf,
     /// Keep the work directory (ClickHouse data, certificates, job logs) here instead of a temp dir.
     pub keep_dir: Option<PathBuf>,
+    /// The simulator's placement weights (`[simulator.mix]` keys of the agent: `static`, `batch`,
+    /// `sequence`, `contention`, `fragmentation`, `host_oom`, `healthy`); `None`: the agent's default.
+    pub mix: Option<Vec<(String, u32)>>,
 }
 
 /// The demo failed.
@@ -214,10 +217,16 @@ async fn run_fleet(
         // pointed at the simulated jobs' logs: PyTorch messages carry no pid, so those events
         // would not merge with the simulator's own and every OOM would be reported twice.)
         let config = dir.join(format!("agent-{node}.toml"));
-        let toml = format!(
+        let mut toml = format!(
             "[hook]\npath = {hook:?}\n",
             hook = dir.join(format!("hook-{node}.sock")).display().to_string(),
         );
+        if let Some(mix) = &cfg.mix {
+            toml.push_str("\n[simulator.mix]\n");
+            for (name, weight) in mix {
+                toml.push_str(&format!("{name:?} = {weight}\n"));
+            }
+        }
         std::fs::write(&config, toml).map_err(|e| setup("agent config")(e.to_string()))?;
         let child = Command::new(&cfg.agent_bin)
             .arg("run")

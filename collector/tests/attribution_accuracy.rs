@@ -19,17 +19,13 @@ use oomlens_collector::attribution::{
 };
 use oomlens_schema::Scenario;
 
-/// Failure-heavy mix: every template, healthy jobs rarer than in the demo.
+/// The failure-heavy mix of `oomlens accuracy`.
 fn mix() -> ScenarioMix {
-    ScenarioMix {
-        static_model: 2,
-        batch: 2,
-        sequence: 2,
-        contention: 3,
-        fragmentation: 2,
-        host_oom: 1,
-        healthy: 1,
+    let mut text = String::new();
+    for (name, weight) in attribution::accuracy::ACCURACY_MIX {
+        text.push_str(&format!("{name} = {weight}\n"));
     }
+    toml::from_str(&text).unwrap()
 }
 
 /// The job shape and the process samples removed: what a log line alone (PyTorch 2.x message)
@@ -86,6 +82,9 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
         .map(|(i, n)| {
             let mut cfg = agent_config(&pki, n, collector.addr, 500 + i as u64, duration_s, 600.0);
             cfg.simulator.mix = mix();
+            // Every GPU size of the catalog, 24 to 141 GiB.
+            cfg.simulator.gpu_models =
+                ["A10-24GB", "A100-40GB", "H100-80GB", "H200-141GB"].map(str::to_owned).to_vec();
             spawn_agent(cfg)
         })
         .collect();
@@ -198,28 +197,9 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
 /// Checks the cases issue 5 §4 calls adversarial: each must occur in the run and be attributed
 /// to its true scenario.
 fn adversarial(events: &[AttributedEvent]) {
-    let cases: [(&str, Scenario, &dyn Fn(&OomFeatures) -> bool); 5] = [
-        ("a victim with normal usage killed by a growing neighbour", Scenario::Contention, &|f| {
-            f.need_alone_bytes.zip(f.capacity_bytes).is_some_and(|(n, c)| n * 10 <= c * 7)
-                && f.top_neighbour_growth_bytes > 0
-        }),
-        ("fragmentation at modest usage (allocated ≤ half the GPU)", Scenario::Fragmentation, &|f| {
-            f.allocated_bytes.zip(f.capacity_bytes).is_some_and(|(a, c)| a * 2 <= c)
-        }),
-        ("a long-sequence job at small batch (≤ 2)", Scenario::Sequence, &|f| {
-            f.batch_size.is_some_and(|b| b <= 2)
-        }),
-        ("a large model failing at optimizer init", Scenario::Static, &|f| f.phase == "optimizer_init"),
-        ("a host OOM during data loading", Scenario::HostOom, &|f| f.phase == "data_loading"),
-    ];
-    for (name, scenario, matches) in cases {
-        let hits: Vec<&AttributedEvent> = events
-            .iter()
-            .filter(|e| e.features.truth_scenario == scenario.as_str() && matches(&e.features))
-            .collect();
-        let right = hits.iter().filter(|e| e.attribution.scenario == scenario).count();
-        println!("adversarial: {name}: {right}/{} attributed {scenario}", hits.len());
-        assert!(!hits.is_empty(), "the run has no case of: {name}");
-        assert_eq!(right, hits.len(), "{name}");
+    for case in attribution::accuracy::adversarial_cases(events) {
+        println!("adversarial: {case}");
+        assert!(case.events > 0, "the run has no case of: {}", case.name);
+        assert_eq!(case.right, case.events, "{case}");
     }
 }

@@ -97,6 +97,73 @@ impl ConfusionMatrix {
     }
 }
 
+/// The simulator placement weights of the accuracy runs (`oomlens accuracy`, the
+/// `attribution_accuracy` test): every failure template, healthy jobs rarer than by default.
+pub const ACCURACY_MIX: [(&str, u32); 7] = [
+    ("static", 2),
+    ("batch", 2),
+    ("sequence", 2),
+    ("contention", 3),
+    ("fragmentation", 2),
+    ("host_oom", 1),
+    ("healthy", 1),
+];
+
+/// One adversarial case of issue 5 §4 in a run: how many events matched it, how many of those were
+/// attributed to their true scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdversarialCase {
+    /// What the case is.
+    pub name: &'static str,
+    /// The true scenario of its events.
+    pub scenario: Scenario,
+    /// Events of the run that are this case.
+    pub events: u64,
+    /// Of those, attributed to `scenario`.
+    pub right: u64,
+}
+
+/// The issue's adversarial cases, each recognised by its truth and an observable property:
+/// a victim with normal usage (needing ≤ 70 % of the GPU alone) killed by a growing neighbour;
+/// fragmentation at modest usage (allocated ≤ half the GPU); a long-sequence job at batch ≤ 2; a
+/// large model failing at optimizer init; a host OOM during data loading.
+pub fn adversarial_cases(events: &[AttributedEvent]) -> Vec<AdversarialCase> {
+    type Matcher = fn(&super::OomFeatures) -> bool;
+    let cases: [(&'static str, Scenario, Matcher); 5] = [
+        ("a victim with normal usage killed by a growing neighbour", Scenario::Contention, |f| {
+            f.need_alone_bytes
+                .zip(f.capacity_bytes)
+                .is_some_and(|(n, c)| u128::from(n) * 10 <= u128::from(c) * 7)
+                && f.top_neighbour_growth_bytes > 0
+        }),
+        ("fragmentation at modest usage (allocated <= half the GPU)", Scenario::Fragmentation, |f| {
+            f.allocated_bytes.zip(f.capacity_bytes).is_some_and(|(a, c)| u128::from(a) * 2 <= u128::from(c))
+        }),
+        ("a long-sequence job at small batch (<= 2)", Scenario::Sequence, |f| {
+            f.batch_size.is_some_and(|b| b <= 2)
+        }),
+        ("a large model failing at optimizer init", Scenario::Static, |f| f.phase == "optimizer_init"),
+        ("a host OOM during data loading", Scenario::HostOom, |f| f.phase == "data_loading"),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, scenario, matches)| {
+            let hits: Vec<&AttributedEvent> = events
+                .iter()
+                .filter(|e| e.features.truth_scenario == scenario.as_str() && matches(&e.features))
+                .collect();
+            let right = hits.iter().filter(|e| e.attribution.scenario == scenario).count() as u64;
+            AdversarialCase { name, scenario, events: hits.len() as u64, right }
+        })
+        .collect()
+}
+
+impl fmt::Display for AdversarialCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}/{} attributed {}", self.name, self.right, self.events, self.scenario)
+    }
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
     (n > 0).then(|| sum / f64::from(n))
