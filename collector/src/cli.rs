@@ -32,6 +32,9 @@ pub struct ChArgs {
     /// Cluster mode: create tables with `ON CLUSTER` DDL (needs ZooKeeper / ClickHouse Keeper).
     #[arg(long, env = "OOMLENS_CLICKHOUSE_ON_CLUSTER_DDL")]
     pub on_cluster_ddl: Option<bool>,
+    /// Cluster mode: create `Replicated*MergeTree` storage tables (needs Keeper and macros).
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_REPLICATED")]
+    pub replicated: Option<bool>,
     /// Cluster mode: HTTP URL of every shard replica (comma-separated or repeated; default:
     /// derived from --clickhouse-url and system.clusters).
     #[arg(long = "shard-url", env = "OOMLENS_CLICKHOUSE_SHARD_URLS", value_delimiter = ',')]
@@ -73,8 +76,48 @@ impl ChArgs {
         if let Some(v) = self.on_cluster_ddl {
             ch.on_cluster_ddl = v;
         }
+        if let Some(v) = self.replicated {
+            ch.replicated = v;
+        }
         if !self.shard_urls.is_empty() {
             ch.shard_urls = self.shard_urls.clone();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        ch: ChArgs,
+    }
+
+    #[test]
+    fn cluster_flags_override_the_file() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--clickhouse-url",
+            "http://ch-1:8123",
+            "--cluster",
+            "oomlens",
+            "--on-cluster-ddl",
+            "true",
+            "--replicated",
+            "true",
+            "--shard-url",
+            "http://ch-1:8123,http://ch-2:8123",
+        ])
+        .unwrap();
+        let ch = cli.ch.clickhouse().unwrap();
+        assert_eq!(ch.cluster, "oomlens");
+        assert!(ch.on_cluster_ddl && ch.replicated && ch.is_cluster());
+        assert_eq!(ch.shard_urls, ["http://ch-1:8123", "http://ch-2:8123"]);
+        let bad = Cli::try_parse_from(["x", "--cluster", "no-such name"]).unwrap();
+        assert!(bad.ch.clickhouse().is_err(), "the cluster name must be an identifier");
     }
 }
