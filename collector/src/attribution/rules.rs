@@ -460,11 +460,11 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
     match f.others_bytes {
         Some(0) => ev.push("others: no other process held memory on the GPU".to_owned()),
         Some(o) => {
-            let mut line = format!(
-                "others: {} other process(es) held {} at the failure",
-                f.others_listed.max(f.others_seen),
-                b(o)
-            );
+            let mut line = if f.others_listed > 0 {
+                format!("others: {} other process(es) held {} at the failure", f.others_listed, b(o))
+            } else {
+                format!("others: other processes held {} at the failure (process samples)", b(o))
+            };
             if f.others_seen > 0 {
                 let _ = write!(
                     line,
