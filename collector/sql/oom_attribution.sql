@@ -87,7 +87,12 @@ SELECT
     xid, host_rss_bytes,
     params, batch_size, seq_len, hidden, layers, heads, precision, optimizer, zero_stage,
     tensor_parallel, pipeline_parallel, data_parallel, activation_checkpointing, flash_attention,
-    if(process_used_bytes >= reserved_bytes, toUInt64(process_used_bytes - reserved_bytes), NULL) AS context_bytes,
+    -- Without a pid (a log line without one) the message's process list also names the failing
+    -- process: the largest listed process holding at least the allocator's reserved bytes.
+    toUInt64(if(isNull(pid), arrayReduce('max', arrayFilter(x -> x >= ifNull(reserved_bytes, 0), other_used_bytes)), 0))
+        AS own_listed_bytes,
+    if(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) >= reserved_bytes,
+        toUInt64(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) - reserved_bytes), NULL) AS context_bytes,
     if(reserved_bytes >= allocated_bytes, toUInt64(reserved_bytes - allocated_bytes), NULL) AS cached_free_bytes,
     toUInt64(ifNull(context_bytes, 0) + allocated_bytes + requested_bytes) AS need_alone_bytes,
     toUInt64(intDiv(params, greatest(ifNull(tensor_parallel, 1), 1) * greatest(ifNull(pipeline_parallel, 1), 1)))
@@ -104,15 +109,15 @@ SELECT
     toUInt64(if(ifNull(flash_attention, 0) = 1, 0,
         2 * batch_size * intDiv(heads, greatest(ifNull(tensor_parallel, 1), 1)) * seq_len * seq_len
             * if(precision = 'fp32', 2, 1))) AS attention_bytes,
-    length(other_pids) AS others_listed,
-    arraySum(other_used_bytes) AS others_listed_bytes,
+    toUInt64(length(other_pids) - (own_listed_bytes > 0)) AS others_listed,
+    toUInt64(arraySum(other_used_bytes) - own_listed_bytes) AS others_listed_bytes,
     window_ms,
     own_samples, own_first_ts, own_first_used, own_min_used, own_max_used, own_last_used,
     if(own_samples > 0, toUInt64(own_max_used - own_min_used), NULL) AS own_swing_bytes,
-    others_seen, others_first_bytes, others_last_bytes, others_growth_bytes,
+    others_seen, others_first_bytes, others_last_bytes, own_sampled_bytes, others_growth_bytes,
     top_neighbour_growth_bytes,
-    multiIf(others_listed > 0, others_listed_bytes, own_samples > 0 OR others_seen > 0, others_last_bytes, NULL)
-        AS others_bytes
+    multiIf(others_listed > 0, others_listed_bytes, own_samples > 0 OR others_seen > 0,
+        toUInt64(others_last_bytes - own_sampled_bytes), NULL) AS others_bytes
 FROM
 (
     SELECT
@@ -131,6 +136,10 @@ FROM
         sumIf(first_used, p != ifNull(pid, 0) AND p != 0) AS others_first_bytes,
         -- a process last seen more than 5 s before the failure had left: it no longer held memory
         sumIf(last_used, p != ifNull(pid, 0) AND p != 0 AND last_ts + 5000 >= ts_ms) AS others_last_bytes,
+        -- without a pid, the failing process is among them: the largest present one holding at
+        -- least the allocator's reserved bytes
+        maxIf(last_used, isNull(pid) AND p != 0 AND last_ts + 5000 >= ts_ms AND last_used >= ifNull(reserved_bytes, 0))
+            AS own_sampled_bytes,
         sumIf(toInt64(last_used) - toInt64(first_used), p != ifNull(pid, 0) AND p != 0 AND last_ts + 5000 >= ts_ms)
             AS others_growth_bytes,
         maxIf(toInt64(last_used) - toInt64(first_used), p != ifNull(pid, 0) AND p != 0 AND last_ts + 5000 >= ts_ms)

@@ -78,6 +78,8 @@ async fn sql_and_rust_rules_agree_on_the_fixtures() {
         (11, Rule::NeighbourGrowth, 25),
         (12, Rule::NoEvidence, 5),
         (13, Rule::BatchActivations, 75),
+        (14, Rule::BatchActivations, 65),
+        (15, Rule::NeighboursTookIt, 65),
     ];
     for (case, rule, confidence) in expected {
         let e = events
@@ -115,6 +117,10 @@ async fn sql_and_rust_rules_agree_on_the_fixtures() {
         case(4).attribution.evidence
     );
     assert!(case(9).attribution.missing.contains(&"job shape"));
+    // Log lines without a pid: the failing process is recognised in the message's process list.
+    assert_eq!((case(14).features.own_listed_bytes, case(14).features.others_bytes), (79 << 30, Some(0)));
+    assert_eq!(case(14).features.context_bytes, Some(1 << 29));
+    assert_eq!((case(15).features.others_listed, case(15).features.others_bytes), (1, Some(28 << 30)));
 
     // Neighbours: ranked by growth, the failing process excluded; host OOM: the whole node.
     let neighbours =

@@ -121,6 +121,9 @@ pub struct OomFeatures {
     pub activation_checkpointing: Option<u8>,
     /// FlashAttention (0/1).
     pub flash_attention: Option<u8>,
+    /// Without a pid: the failing process found in the message's process list (the largest one
+    /// holding at least `reserved_bytes`), else 0.
+    pub own_listed_bytes: u64,
     /// CUDA context and other non-allocator memory of the process: process used − reserved.
     pub context_bytes: Option<u64>,
     /// Cached by the allocator but not allocated: reserved − allocated.
@@ -139,7 +142,7 @@ pub struct OomFeatures {
     pub static_estimate_bytes: Option<u64>,
     /// One layer's attention score matrix (2·batch·heads·seq², 0 with FlashAttention).
     pub attention_bytes: Option<u64>,
-    /// Other processes listed in the OOM message.
+    /// Other processes listed in the OOM message (the failing process excluded).
     pub others_listed: u64,
     /// Their memory.
     pub others_listed_bytes: u64,
@@ -165,6 +168,9 @@ pub struct OomFeatures {
     pub others_first_bytes: u64,
     /// Their memory at the failure (those seen in the last 5 s).
     pub others_last_bytes: u64,
+    /// Without a pid: the failing process's share of `others_last_bytes` (the largest present
+    /// process holding at least `reserved_bytes`), else 0.
+    pub own_sampled_bytes: u64,
     /// Their growth in the window (last − first, those still present).
     pub others_growth_bytes: i64,
     /// The largest growth of one of them.
