@@ -17,10 +17,12 @@
 --   7 batch_activations  need alone > cap                                      batch         85
 --   8 cache_could_serve  reserved - allocated >= requested                     fragmentation 90
 --   9 neighbours_took_it others hold memory and context + reserved + request <= cap contention 85
---  10 fragmented_cache   need alone <= cap                                     fragmentation 75
+--                        (without allocator numbers: need alone <= cap)
+--  10 fragmented_cache   allocator numbers known and need alone <= cap         fragmentation 75
 --  11 neighbour_growth   no allocator numbers, neighbours grew >= 10 % of cap  contention    50
 --  12 no_evidence        otherwise                                             unknown       20
--- need alone = context (process used - reserved) + allocated + requested.
+-- need alone = context (process used - reserved) + allocated + requested; without allocator
+-- numbers, the process's GPU memory (message or last sample) + requested.
 -- Penalties (GPU rules 3-12): no job shape -10, no process samples -10, no allocator numbers -15,
 -- phase unknown -5.
 SELECT
@@ -46,10 +48,9 @@ SELECT
             'sequence_single_request',
         too_big_alone, 'batch_activations',
         ifNull(cached_free_bytes >= requested_bytes, 0), 'cache_could_serve',
-        ifNull(others_bytes > 0
-            AND ctx_bytes + ifNull(reserved_bytes, allocated_bytes) + requested_bytes <= capacity_bytes, 0),
-            'neighbours_took_it',
-        ifNull(need_alone_bytes <= capacity_bytes, 0), 'fragmented_cache',
+        ifNull(others_bytes > 0 AND ifNull(ctx_bytes + coalesce(reserved_bytes, allocated_bytes) + requested_bytes,
+            need_alone_bytes) <= capacity_bytes, 0), 'neighbours_took_it',
+        NOT no_allocator AND ifNull(need_alone_bytes <= capacity_bytes, 0), 'fragmented_cache',
         no_allocator AND ifNull(others_growth_bytes * 10 >= capacity_bytes, 0), 'neighbour_growth',
         'no_evidence') AS rule,
     multiIf(
@@ -94,7 +95,14 @@ SELECT
     if(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) >= reserved_bytes,
         toUInt64(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) - reserved_bytes), NULL) AS context_bytes,
     if(reserved_bytes >= allocated_bytes, toUInt64(reserved_bytes - allocated_bytes), NULL) AS cached_free_bytes,
-    toUInt64(ifNull(context_bytes, 0) + allocated_bytes + requested_bytes) AS need_alone_bytes,
+    -- what the process alone needed: from the allocator's numbers or else (TensorFlow and JAX
+    -- messages) from its GPU memory in the message or its last sample plus the request
+    multiIf(isNotNull(allocated_bytes) AND isNotNull(requested_bytes), 'allocator',
+        isNotNull(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0))) AND isNotNull(requested_bytes), 'process',
+        own_samples > 0 AND isNotNull(requested_bytes), 'samples', '') AS need_alone_from,
+    toUInt64(multiIf(need_alone_from = 'allocator', ifNull(context_bytes, 0) + allocated_bytes + requested_bytes,
+        need_alone_from = 'process', coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) + requested_bytes,
+        need_alone_from = 'samples', own_last_used + requested_bytes, NULL)) AS need_alone_bytes,
     toUInt64(intDiv(params, greatest(ifNull(tensor_parallel, 1), 1) * greatest(ifNull(pipeline_parallel, 1), 1)))
         AS params_per_gpu,
     toUInt8(multiIf(precision = 'fp32', 4, precision IN ('bf16', 'fp16'), 2, precision = 'fp8', 1, NULL))

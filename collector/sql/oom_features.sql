@@ -36,7 +36,14 @@ SELECT
     if(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) >= reserved_bytes,
         toUInt64(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) - reserved_bytes), NULL) AS context_bytes,
     if(reserved_bytes >= allocated_bytes, toUInt64(reserved_bytes - allocated_bytes), NULL) AS cached_free_bytes,
-    toUInt64(ifNull(context_bytes, 0) + allocated_bytes + requested_bytes) AS need_alone_bytes,
+    -- what the process alone needed: from the allocator's numbers or else (TensorFlow and JAX
+    -- messages) from its GPU memory in the message or its last sample plus the request
+    multiIf(isNotNull(allocated_bytes) AND isNotNull(requested_bytes), 'allocator',
+        isNotNull(coalesce(process_used_bytes, nullIf(own_listed_bytes, 0))) AND isNotNull(requested_bytes), 'process',
+        own_samples > 0 AND isNotNull(requested_bytes), 'samples', '') AS need_alone_from,
+    toUInt64(multiIf(need_alone_from = 'allocator', ifNull(context_bytes, 0) + allocated_bytes + requested_bytes,
+        need_alone_from = 'process', coalesce(process_used_bytes, nullIf(own_listed_bytes, 0)) + requested_bytes,
+        need_alone_from = 'samples', own_last_used + requested_bytes, NULL)) AS need_alone_bytes,
     toUInt64(intDiv(params, greatest(ifNull(tensor_parallel, 1), 1) * greatest(ifNull(pipeline_parallel, 1), 1)))
         AS params_per_gpu,
     toUInt8(multiIf(precision = 'fp32', 4, precision IN ('bf16', 'fp16'), 2, precision = 'fp8', 1, NULL))

@@ -80,6 +80,8 @@ async fn sql_and_rust_rules_agree_on_the_fixtures() {
         (13, Rule::BatchActivations, 75),
         (14, Rule::BatchActivations, 65),
         (15, Rule::NeighboursTookIt, 65),
+        (16, Rule::NeighboursTookIt, 45),
+        (17, Rule::BatchActivations, 60),
     ];
     for (case, rule, confidence) in expected {
         let e = events

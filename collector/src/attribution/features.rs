@@ -128,7 +128,11 @@ pub struct OomFeatures {
     pub context_bytes: Option<u64>,
     /// Cached by the allocator but not allocated: reserved − allocated.
     pub cached_free_bytes: Option<u64>,
-    /// What the process alone needed at the failure: context + allocated + requested.
+    /// Where `need_alone_bytes` comes from: `allocator` (context + allocated + requested),
+    /// `process` (its GPU memory in the message + requested), `samples` (its last sample +
+    /// requested), or '' (not known).
+    pub need_alone_from: String,
+    /// What the process alone needed at the failure.
     pub need_alone_bytes: Option<u64>,
     /// Parameters held per GPU: params / (tensor parallel × pipeline parallel).
     pub params_per_gpu: Option<u64>,

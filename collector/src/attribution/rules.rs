@@ -209,14 +209,19 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     if lt(f.requested_bytes, f.cached_free_bytes) {
         return Rule::CacheCouldServe;
     }
-    if f.others_bytes.is_some_and(|o| o > 0)
-        && let (Some(held), Some(req), Some(c)) =
-            (f.reserved_bytes.or(f.allocated_bytes), f.requested_bytes, cap)
-        && u128::from(ctx) + u128::from(held) + u128::from(req) <= u128::from(c)
-    {
-        return Rule::NeighboursTookIt;
+    if f.others_bytes.is_some_and(|o| o > 0) {
+        // With the allocator's numbers: would it have fitted alone even with its own cache?
+        let with_cache = match (f.reserved_bytes.or(f.allocated_bytes), f.requested_bytes) {
+            (Some(held), Some(req)) => Some(u128::from(ctx) + u128::from(held) + u128::from(req)),
+            _ => f.need_alone_bytes.map(u128::from),
+        };
+        if let (Some(n), Some(c)) = (with_cache, cap)
+            && n <= u128::from(c)
+        {
+            return Rule::NeighboursTookIt;
+        }
     }
-    if lt(f.need_alone_bytes, cap) {
+    if !f.no_allocator() && lt(f.need_alone_bytes, cap) {
         return Rule::FragmentedCache;
     }
     if f.no_allocator()
@@ -428,15 +433,25 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
     }
     // 3. batch / sequence
     if let (Some(need), Some(c)) = (f.need_alone_bytes, f.capacity_bytes) {
-        ev.push(format!(
-            "need alone: {} = context {} + allocated {} + requested {} ({} of capacity {})",
-            b(need),
-            b(f.context_bytes.unwrap_or(0)),
-            b(f.allocated_bytes.unwrap_or(0)),
-            b(f.requested_bytes.unwrap_or(0)),
-            pct_of(need, c),
-            b(c)
-        ));
+        let parts = match f.need_alone_from.as_str() {
+            "allocator" => format!(
+                "context {} + allocated {} + requested {}",
+                b(f.context_bytes.unwrap_or(0)),
+                b(f.allocated_bytes.unwrap_or(0)),
+                b(f.requested_bytes.unwrap_or(0))
+            ),
+            "process" => format!(
+                "its GPU memory {} + requested {} (no allocator numbers)",
+                b(need.saturating_sub(f.requested_bytes.unwrap_or(0))),
+                b(f.requested_bytes.unwrap_or(0))
+            ),
+            _ => format!(
+                "its last sample {} + requested {} (no allocator numbers)",
+                b(f.own_last_used),
+                b(f.requested_bytes.unwrap_or(0))
+            ),
+        };
+        ev.push(format!("need alone: {} = {parts} ({} of capacity {})", b(need), pct_of(need, c), b(c)));
     }
     if f.batch_size.is_some() || f.seq_len.is_some() {
         let mut line = format!(
@@ -522,6 +537,7 @@ mod tests {
             flash_attention: Some(1),
             context_bytes: Some(GIB / 2),
             cached_free_bytes: Some(0),
+            need_alone_from: "allocator".into(),
             need_alone_bytes: Some(GIB / 2 + 80 * GIB),
             params_per_gpu: Some(1_000_000_000),
             weight_bytes_per_param: Some(2),
@@ -618,6 +634,34 @@ mod tests {
             ..base()
         };
         assert_eq!(rule(&vanished), Rule::NeighbourGrowth);
+        // TensorFlow / JAX: a request and the process's memory, no allocator numbers.
+        let tf = OomFeatures {
+            allocated_bytes: None,
+            reserved_bytes: None,
+            cached_free_bytes: None,
+            need_alone_from: "process".into(),
+            need_alone_bytes: Some(70 * GIB),
+            others_bytes: Some(20 * GIB),
+            ..base()
+        };
+        assert_eq!(rule(&tf), Rule::NeighboursTookIt);
+        assert_eq!(
+            rule(&OomFeatures { others_bytes: Some(0), ..tf.clone() }),
+            Rule::NoEvidence,
+            "fragmentation needs the allocator"
+        );
+        assert_eq!(
+            rule(&OomFeatures { need_alone_bytes: Some(90 * GIB), ..tf.clone() }),
+            Rule::BatchActivations
+        );
+        assert!(
+            attribute(&tf)
+                .evidence
+                .iter()
+                .any(|l| l.contains("its GPU memory 68.00 GiB + requested 2.00 GiB")),
+            "{:?}",
+            attribute(&tf).evidence
+        );
         assert_eq!(rule(&OomFeatures { others_growth_bytes: 0, ..vanished }), Rule::NoEvidence);
     }
 
