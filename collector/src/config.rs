@@ -102,7 +102,9 @@ impl CollectorConfig {
             return Err(ConfigError::Invalid("collector.idle_timeout_ms must be at least 300".to_owned()));
         }
         if self.collector.allowed_clusters.iter().any(|c| c.trim().is_empty()) {
-            return Err(ConfigError::Invalid("collector.allowed_clusters must not contain empty names".to_owned()));
+            return Err(ConfigError::Invalid(
+                "collector.allowed_clusters must not contain empty names".to_owned(),
+            ));
         }
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
         Ok(self)
@@ -136,7 +138,8 @@ mod tests {
         assert!(cfg.server().allowed_clusters.is_empty());
         assert_eq!(cfg.server().tls_reload_interval, Some(Duration::from_secs(30)));
         let cfg: CollectorConfig =
-            toml::from_str("[collector]\nallowed_clusters = [\"prod-a\"]\ntls_reload_interval_ms = 0\n").unwrap();
+            toml::from_str("[collector]\nallowed_clusters = [\"prod-a\"]\ntls_reload_interval_ms = 0\n")
+                .unwrap();
         let server = cfg.finish().unwrap().server();
         assert_eq!(server.allowed_clusters, vec!["prod-a".to_owned()]);
         assert_eq!(server.tls_reload_interval, None, "0 turns polling off (SIGHUP still reloads)");
