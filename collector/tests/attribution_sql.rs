@@ -141,6 +141,27 @@ async fn sql_and_rust_rules_agree_on_the_fixtures() {
     assert_eq!((top.growth_bytes, top.present, top.neighbour_name.as_str()), (34 << 30, 1, "vllm"));
     let one = attribution::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 1).await.unwrap();
     assert!(one.iter().filter(|x| x.event_id == 7_000_000_000_000_000_004).count() == 1);
+    // One event, as a postmortem asks for it.
+    let ts4 = case(4).features.ts_ms;
+    let explained = attribution::explain_event(
+        db,
+        "oomlens",
+        "attr-lab",
+        "gpu-node-21",
+        7_000_000_000_000_000_004,
+        ts4,
+        60_000,
+        3,
+    )
+    .await
+    .unwrap()
+    .expect("case 4");
+    assert_eq!(explained.event, *case(4));
+    assert_eq!(explained.neighbours.iter().map(|n| n.neighbour_pid).collect::<Vec<_>>(), [60_004, 60_005]);
+    let none = attribution::explain_event(db, "oomlens", "attr-lab", "gpu-node-21", 1, ts4, 60_000, 3)
+        .await
+        .unwrap();
+    assert!(none.is_none());
     drop(ch);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }

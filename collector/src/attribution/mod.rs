@@ -7,7 +7,8 @@
 //! * [`accuracy`] — confusion matrix, precision / recall against the simulator's ground truth.
 //!
 //! [`attribute_window`] is the entry point for reports: every event of a time window with its
-//! features and attribution, newest first. The rules never read `truth_scenario`.
+//! features and attribution, newest first; [`explain_event`] is the one for a postmortem of one
+//! event (with its ranked neighbours). The rules never read `truth_scenario`.
 
 pub mod accuracy;
 pub mod features;
@@ -57,4 +58,43 @@ pub async fn attribute_window(
             AttributedEvent { features, attribution }
         })
         .collect())
+}
+
+/// One event explained: features, attribution and the ranked neighbours.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExplainedEvent {
+    /// The event with its features and attribution.
+    pub event: AttributedEvent,
+    /// The other processes on its GPU (host OOM: node) in the window, ranked.
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// The event `(cluster, node, event_id)` that failed at `ts_ms`, explained with a look-back of
+/// `window_ms` and at most `top_n` neighbours; `None` when no such event is stored.
+#[allow(clippy::too_many_arguments)]
+pub async fn explain_event(
+    client: &clickhouse::Client,
+    db: &str,
+    cluster: &str,
+    node: &str,
+    event_id: u64,
+    ts_ms: i64,
+    window_ms: i64,
+    top_n: u32,
+) -> Result<Option<ExplainedEvent>, AttributionError> {
+    let window = FeatureWindow { since_ms: ts_ms, until_ms: ts_ms.saturating_add(1), window_ms };
+    let is_it = |c: &str, n: &str, id: u64| c == cluster && n == node && id == event_id;
+    let Some(event) = attribute_window(client, db, &window)
+        .await?
+        .into_iter()
+        .find(|e| is_it(&e.features.cluster, &e.features.node, e.features.event_id))
+    else {
+        return Ok(None);
+    };
+    let neighbours = features::fetch_neighbours(client, db, &window, top_n)
+        .await?
+        .into_iter()
+        .filter(|n| is_it(&n.cluster, &n.node, n.event_id))
+        .collect();
+    Ok(Some(ExplainedEvent { event, neighbours }))
 }
