@@ -40,7 +40,23 @@ pub struct CollectorSection {
     /// How often the CA, certificate and key files are checked for changes, ms (0: only on
     /// SIGHUP). Changed files are used for new connections without a restart.
     pub tls_reload_interval_ms: u64,
+    /// Memory budget of the collector in bytes. Sizes the global cap on bytes in flight when
+    /// `max_bytes_in_flight` is 0: `(max_memory_bytes - BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION`.
+    pub max_memory_bytes: u64,
+    /// Cap on frame bytes accepted from all connections but not yet stored (0: derived from
+    /// `max_memory_bytes`). When it is reached, connections stop reading their streams.
+    pub max_bytes_in_flight: u64,
+    /// Cap on frame bytes accepted from one connection but not yet stored.
+    pub max_connection_bytes_in_flight: u64,
 }
+
+/// Smallest accepted byte cap (a frame larger than a cap is charged the whole cap).
+pub const MIN_BYTES_IN_FLIGHT: u64 = 64 << 10;
+/// Memory the collector needs besides the frames in flight (runtime, TLS, QUIC endpoint, client).
+pub const BASE_MEMORY_BYTES: u64 = 96 << 20;
+/// Upper bound of the collector's memory per frame byte in flight: the frame buffer, the decoded
+/// batch, its rows (each stamped with cluster, node and agent id) and the insert buffers.
+pub const IN_FLIGHT_EXPANSION: u64 = 6;
 
 impl Default for CollectorSection {
     fn default() -> Self {
@@ -56,6 +72,9 @@ impl Default for CollectorSection {
             handshake_timeout_ms: 10_000,
             allowed_clusters: Vec::new(),
             tls_reload_interval_ms: 30_000,
+            max_memory_bytes: 2 << 30,
+            max_bytes_in_flight: 0,
+            max_connection_bytes_in_flight: 32 << 20,
         }
     }
 }
@@ -107,6 +126,20 @@ impl CollectorConfig {
             ));
         }
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
+        let c = &mut self.collector;
+        if c.max_bytes_in_flight == 0 {
+            c.max_bytes_in_flight =
+                c.max_memory_bytes.saturating_sub(BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION;
+        }
+        if c.max_bytes_in_flight < MIN_BYTES_IN_FLIGHT
+            || c.max_connection_bytes_in_flight < MIN_BYTES_IN_FLIGHT
+        {
+            return Err(ConfigError::Invalid(format!(
+                "collector.max_bytes_in_flight ({}, derived from max_memory_bytes {} when 0) and \
+                 collector.max_connection_bytes_in_flight ({}) must be at least {MIN_BYTES_IN_FLIGHT}",
+                c.max_bytes_in_flight, c.max_memory_bytes, c.max_connection_bytes_in_flight
+            )));
+        }
         Ok(self)
     }
 
@@ -120,6 +153,8 @@ impl CollectorConfig {
             handshake_timeout: Duration::from_millis(c.handshake_timeout_ms),
             max_connections: c.max_connections,
             max_batches_in_flight: c.max_batches_in_flight,
+            max_bytes_in_flight: c.max_bytes_in_flight,
+            max_connection_bytes_in_flight: c.max_connection_bytes_in_flight,
             collector_id: c.collector_id.clone(),
             allowed_clusters: c.allowed_clusters.clone(),
             tls_reload_interval: (c.tls_reload_interval_ms > 0)
@@ -156,5 +191,24 @@ mod tests {
         assert!(toml::from_str::<CollectorConfig>("[collector]\nlisten_addr = \"x\"\n").is_err());
         let cfg: CollectorConfig = toml::from_str("[clickhouse]\nurl = \"http://h:8123\"\n").unwrap();
         assert_eq!(cfg.clickhouse.url, "http://h:8123");
+    }
+
+    #[test]
+    fn byte_caps_are_derived_from_the_memory_budget() {
+        let cfg = toml::from_str::<CollectorConfig>("").unwrap().finish().unwrap();
+        assert_eq!(
+            cfg.collector.max_bytes_in_flight,
+            ((2u64 << 30) - BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION
+        );
+        let cfg: CollectorConfig =
+            toml::from_str("[collector]\nmax_memory_bytes = 1000000000\nmax_bytes_in_flight = 1048576\n")
+                .unwrap();
+        let cfg = cfg.finish().unwrap();
+        assert_eq!(cfg.server().max_bytes_in_flight, 1 << 20);
+        let tiny: CollectorConfig = toml::from_str("[collector]\nmax_memory_bytes = 1000\n").unwrap();
+        assert!(tiny.finish().is_err(), "a budget below the base memory leaves no room for frames");
+        let tiny: CollectorConfig =
+            toml::from_str("[collector]\nmax_connection_bytes_in_flight = 10\n").unwrap();
+        assert!(tiny.finish().is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! * [`attribution`] — correlation features, the ordered rule set, accuracy against ground truth.
 //! * [`clickhouse`] — client, version detection, migrations, schema check, batched sink, retention.
 //! * [`devch`] — a throw-away local ClickHouse server (tests, demo, benches).
+//! * [`fault`] — test-only fault points (feature `fault-injection`).
 //! * [`server`] — the QUIC server: sessions, validation, ack-after-insert.
 //! * [`service`] — a whole collector: ClickHouse (with retry), migrations, sink, server, telemetry.
 //! * [`certs`] — dev PKI minting (CA, collector and agent certificates).
@@ -22,6 +23,7 @@ pub mod clickhouse;
 pub mod config;
 pub mod demo;
 pub mod devch;
+pub mod fault;
 pub mod identity;
 pub mod metrics;
 pub mod queries;

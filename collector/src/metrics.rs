@@ -2,7 +2,7 @@
 //! connection and frame counters owned here, and the ClickHouse sink's counters read at scrape time.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -39,6 +39,16 @@ pub struct CollectorMetrics {
     pub duplicate_batches: Counter,
     /// Seconds from receiving a batch to acknowledging it.
     pub ack_latency_seconds: Histogram,
+    /// Frame bytes accepted from all connections and not yet stored (or dropped).
+    pub bytes_in_flight: Gauge,
+    /// Seconds connections spent blocked on the bytes-in-flight caps (not reading their streams).
+    pub byte_cap_wait_seconds: Counter<f64, AtomicU64>,
+    /// Frames that had to wait for the bytes-in-flight caps.
+    pub byte_cap_waits: Counter,
+    /// Connections blocked on the bytes-in-flight caps right now (not reading their streams).
+    pub byte_cap_blocked: Gauge,
+    /// 1 while ClickHouse answers and the writer is not failing, else 0 (`/readyz` follows it).
+    pub clickhouse_up: Gauge,
 }
 
 impl CollectorMetrics {
@@ -54,6 +64,11 @@ impl CollectorMetrics {
             identity_mismatches: Counter::default(),
             duplicate_batches: Counter::default(),
             ack_latency_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            bytes_in_flight: Gauge::default(),
+            byte_cap_wait_seconds: Counter::default(),
+            byte_cap_waits: Counter::default(),
+            byte_cap_blocked: Gauge::default(),
+            clickhouse_up: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("oomlens_collector");
         r.register("connected_agents", "Agents connected now", m.connected_agents.clone());
@@ -73,6 +88,32 @@ impl CollectorMetrics {
             m.duplicate_batches.clone(),
         );
         r.register("ack_latency_seconds", "Batch received to acknowledged", m.ack_latency_seconds.clone());
+        r.register(
+            "bytes_in_flight",
+            "Frame bytes accepted and not yet stored (all connections)",
+            m.bytes_in_flight.clone(),
+        );
+        r.register(
+            "byte_cap_wait_seconds",
+            "Time connections spent blocked on the bytes-in-flight caps",
+            m.byte_cap_wait_seconds.clone(),
+        );
+        r.register(
+            "byte_cap_waits",
+            "Frames that waited for the bytes-in-flight caps",
+            m.byte_cap_waits.clone(),
+        );
+        r.register(
+            "byte_cap_blocked",
+            "Connections blocked on the bytes-in-flight caps now",
+            m.byte_cap_blocked.clone(),
+        );
+        r.register(
+            "clickhouse_up",
+            "1 while ClickHouse answers and inserts succeed",
+            m.clickhouse_up.clone(),
+        );
+        r.register_collector(Box::new(ProcessMemory));
         if let Some(stats) = sink {
             r.register_collector(Box::new(SinkCollector(stats)));
         }
@@ -87,6 +128,35 @@ impl CollectorMetrics {
     /// Counts a TLS reload attempt (`ok` or `error`).
     pub fn tls_reload(&self, result: &str) {
         self.tls_reloads.get_or_create(&vec![("result", result.to_owned())]).inc();
+    }
+}
+
+/// The collector process's resident memory (`VmRSS` of `/proc/self/status`), in bytes.
+pub fn resident_memory_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|kib| kib * 1024)
+}
+
+/// The collector process's peak resident memory (`VmHWM` of `/proc/self/status`), in bytes.
+pub fn peak_resident_memory_bytes() -> Option<u64> {
+    proc_status_kib("VmHWM:").map(|kib| kib * 1024)
+}
+
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Exposes the process's resident memory at scrape time.
+#[derive(Debug)]
+struct ProcessMemory;
+
+impl Collector for ProcessMemory {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(rss) = resident_memory_bytes() {
+            gauge(&mut enc, "resident_memory_bytes", "Resident memory of the collector process", rss as i64)?;
+        }
+        Ok(())
     }
 }
 

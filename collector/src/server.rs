@@ -7,8 +7,21 @@
 //! `max_batches_in_flight` stored concurrently — answered by cumulative `Ack { seq }` in order.
 //! A batch whose `seq` is already stored is acknowledged without a second insert. A bad frame gets
 //! an `ErrorReply`, is counted, and closes that connection only.
+//!
+//! **Bytes in flight.** Every frame after `Hello` is charged its size (header + payload, at most
+//! the cap) against a per-connection and a global [`Semaphore`] of bytes *before* its payload is
+//! read; the charge is released when the batch is stored (or dropped: duplicate, error, closed
+//! connection). When a cap is reached the connection's reader stops reading its stream, quinn's
+//! flow-control window fills, and the agent's writes block: it keeps its batches in its spool.
+//! Frames accepted but not stored — and everything derived from them (decoded batch, rows, insert
+//! buffers) — are therefore bounded by `max_bytes_in_flight` for the whole collector.
+//!
+//! **One session per agent run at a time.** Sessions of the same (cluster, node, agent id, boot
+//! id) are serialised by an [`AgentLocks`] entry held until every batch of the session is stored or
+//! failed: a reconnecting agent gets its `Welcome` only after the batches of its previous session
+//! are settled, so `last_acked_seq` covers them and their re-sent copies are not inserted again.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +29,10 @@ use std::time::{Duration, Instant};
 use oomlens_schema::tls::{TlsError, TlsFiles};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
 use oomlens_schema::{Ack, ErrorCode, ErrorReply, Frame, Hello, Welcome};
+use oomlens_schema::{FrameHeader, HEADER_LEN};
+use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::CertificateDer;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
@@ -42,6 +57,10 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most batches of one connection being stored at once.
     pub max_batches_in_flight: usize,
+    /// Cap on frame bytes accepted from all connections and not yet stored.
+    pub max_bytes_in_flight: u64,
+    /// Cap on frame bytes accepted from one connection and not yet stored.
+    pub max_connection_bytes_in_flight: u64,
     /// This collector's id (logs, `agents` table).
     pub collector_id: String,
     /// Clusters (certificate OU) allowed to connect; empty: all.
@@ -130,6 +149,8 @@ pub struct Server {
     endpoint: quinn::Endpoint,
     sink: Sink,
     metrics: Arc<CollectorMetrics>,
+    bytes_in_flight: ByteBudget,
+    agent_locks: AgentLocks,
     tls: TlsReloader,
 }
 
@@ -146,7 +167,8 @@ impl Server {
             .map_err(|source| ServerError::Bind { addr: cfg.listen, source })?;
         let tls =
             TlsReloader::new(endpoint.clone(), cfg.tls.clone(), material, cfg.idle_timeout, metrics.clone());
-        Ok(Server { cfg, endpoint, sink, metrics, tls })
+        let bytes_in_flight = ByteBudget::new(cfg.max_bytes_in_flight);
+        Ok(Server { cfg, endpoint, sink, metrics, bytes_in_flight, agent_locks: AgentLocks::default(), tls })
     }
 
     /// Reloads the TLS material on request (SIGHUP, tests); a timer does it too when configured.
@@ -185,6 +207,8 @@ impl Server {
                 sink: self.sink.clone(),
                 metrics: self.metrics.clone(),
                 shutdown: shutdown.clone(),
+                bytes_in_flight: self.bytes_in_flight.clone(),
+                agent_locks: self.agent_locks.clone(),
             };
             tasks.spawn(async move {
                 ctx.handle(incoming).await;
@@ -209,11 +233,173 @@ impl Drop for AbortOnDrop {
 /// A batch being stored: its seq, when it arrived, and the store task.
 type InFlight = (u64, Instant, JoinHandle<Result<(), SinkError>>);
 
+/// A semaphore of bytes and its size.
+#[derive(Debug, Clone)]
+struct ByteBudget {
+    semaphore: Arc<Semaphore>,
+    cap: u64,
+}
+
+impl ByteBudget {
+    fn new(cap: u64) -> ByteBudget {
+        let cap = cap.clamp(1, Semaphore::MAX_PERMITS as u64);
+        ByteBudget { semaphore: Arc::new(Semaphore::new(cap as usize)), cap }
+    }
+
+    /// The charge of a frame of `len` bytes: its size, at most the cap (so any frame fits).
+    fn charge(&self, len: u64) -> u32 {
+        u32::try_from(len.min(self.cap)).unwrap_or(u32::MAX)
+    }
+}
+
+/// One frame's bytes, counted against its connection's and the global cap until dropped.
+struct BytePermit {
+    _connection: OwnedSemaphorePermit,
+    _global: OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: Gauge,
+}
+
+impl Drop for BytePermit {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.bytes);
+    }
+}
+
+/// A frame read by the connection's reader task: the frame, its payload length, its byte charge.
+type ReadFrame = (Frame, usize, BytePermit);
+
+/// Reads frames from one stream, charging each against the byte budgets before its payload.
+struct FrameReader {
+    recv: quinn::RecvStream,
+    connection: ByteBudget,
+    global: ByteBudget,
+    metrics: Arc<CollectorMetrics>,
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// The next frame; `Ok(None)` when the stream ends cleanly between frames.
+    async fn next(&mut self) -> Result<Option<ReadFrame>, TransportError> {
+        let mut header = [0u8; HEADER_LEN];
+        let got = read_full(&mut self.recv, &mut header).await?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < HEADER_LEN {
+            return Err(TransportError::TruncatedStream { have: got, need: HEADER_LEN });
+        }
+        let header = FrameHeader::parse(&header)?;
+        let size = HEADER_LEN as u64 + u64::from(header.len);
+        let permit = self.acquire(size).await?;
+        self.buf.clear();
+        self.buf.resize(header.len as usize, 0);
+        let got = read_full(&mut self.recv, &mut self.buf).await?;
+        if got < self.buf.len() {
+            return Err(TransportError::TruncatedStream { have: got, need: self.buf.len() });
+        }
+        let frame = Frame::decode_payload(&header, &self.buf)?;
+        // Do not keep a large buffer per idle connection; the decoded frame holds the data now.
+        if self.buf.capacity() > READ_BUFFER_KEEP {
+            self.buf = Vec::new();
+        }
+        Ok(Some((frame, header.len as usize, permit)))
+    }
+
+    /// Waits until both budgets have room for `size` bytes (connection first, then global).
+    async fn acquire(&self, size: u64) -> Result<BytePermit, TransportError> {
+        let closed = |_| TransportError::Io(std::io::Error::other("byte budget closed"));
+        let (conn_n, global_n) = (self.connection.charge(size), self.global.charge(size));
+        let started = Instant::now();
+        let mut blocked: Option<Blocked> = None;
+        let connection = match self.connection.semaphore.clone().try_acquire_many_owned(conn_n) {
+            Ok(p) => p,
+            Err(_) => {
+                blocked = Some(Blocked::new(&self.metrics));
+                self.connection.semaphore.clone().acquire_many_owned(conn_n).await.map_err(closed)?
+            }
+        };
+        let global = match self.global.semaphore.clone().try_acquire_many_owned(global_n) {
+            Ok(p) => p,
+            Err(_) => {
+                blocked.get_or_insert_with(|| Blocked::new(&self.metrics));
+                self.global.semaphore.clone().acquire_many_owned(global_n).await.map_err(closed)?
+            }
+        };
+        if blocked.take().is_some() {
+            self.metrics.byte_cap_waits.inc();
+            self.metrics.byte_cap_wait_seconds.inc_by(started.elapsed().as_secs_f64());
+        }
+        let bytes = i64::from(global_n);
+        self.metrics.bytes_in_flight.inc_by(bytes);
+        Ok(BytePermit {
+            _connection: connection,
+            _global: global,
+            bytes,
+            gauge: self.metrics.bytes_in_flight.clone(),
+        })
+    }
+}
+
+/// Counts a connection in `byte_cap_blocked` while it waits for a byte budget.
+struct Blocked(Gauge);
+
+impl Blocked {
+    fn new(metrics: &CollectorMetrics) -> Blocked {
+        metrics.byte_cap_blocked.inc();
+        Blocked(metrics.byte_cap_blocked.clone())
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// A read buffer larger than this is freed after its frame is decoded.
+const READ_BUFFER_KEEP: usize = 256 << 10;
+
+async fn read_full(r: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<usize, std::io::Error> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = tokio::io::AsyncReadExt::read(r, &mut buf[filled..]).await?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    Ok(filled)
+}
+
+/// Per agent run (cluster, node, agent id, boot id): the lock its sessions hold until all their
+/// batches are settled.
+#[derive(Debug, Clone, Default)]
+struct AgentLocks(Arc<std::sync::Mutex<HashMap<AgentRun, Arc<tokio::sync::Mutex<()>>>>>);
+
+/// (cluster, node, agent id, boot id).
+type AgentRun = (String, String, String, u64);
+
+/// Held by a session and each of its store tasks.
+type AgentGuard = Arc<tokio::sync::OwnedMutexGuard<()>>;
+
+impl AgentLocks {
+    fn get(&self, id: &AgentIdentity) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget agents nobody holds or waits for.
+        map.retain(|_, lock| Arc::strong_count(lock) > 1);
+        let key = (id.cluster.clone(), id.node.clone(), id.agent_id.clone(), id.boot_id);
+        map.entry(key).or_default().clone()
+    }
+}
+
 struct SessionCtx {
     cfg: ServerConfig,
     sink: Sink,
     metrics: Arc<CollectorMetrics>,
     shutdown: watch::Receiver<bool>,
+    bytes_in_flight: ByteBudget,
+    agent_locks: AgentLocks,
 }
 
 impl SessionCtx {
@@ -291,6 +477,12 @@ impl SessionCtx {
         if identity.node != hello.node || identity.cluster != hello.cluster {
             self.metrics.identity_mismatches.inc();
         }
+        // Wait until an earlier session of this agent run has settled all its batches.
+        let lock = self.agent_locks.get(&identity);
+        let guard: AgentGuard = tokio::select! {
+            guard = lock.lock_owned() => Arc::new(guard),
+            e = conn.closed() => return Err(SessionError::Connection(e)),
+        };
         let last = match self.sink.last_acked_seq(&identity).await {
             Ok(seq) => seq,
             Err(e) => return self.fail(&mut send, SessionError::Storage(e)).await,
@@ -301,7 +493,7 @@ impl SessionCtx {
         self.metrics.sessions.inc();
         info!(cluster = %identity.cluster, node = %identity.node, agent_id = %identity.agent_id, boot_id = identity.boot_id, last_acked_seq = last, "agent connected");
 
-        let result = self.stream(&mut send, recv, &identity, last).await;
+        let result = self.stream(&mut send, recv, &identity, last, &guard).await;
         match result {
             Err(e) => self.fail(&mut send, e).await,
             Ok(()) => {
@@ -315,18 +507,26 @@ impl SessionCtx {
     async fn stream(
         &mut self,
         send: &mut quinn::SendStream,
-        mut recv: quinn::RecvStream,
+        recv: quinn::RecvStream,
         identity: &AgentIdentity,
         mut last_stored: u64,
+        guard: &AgentGuard,
     ) -> Result<(), SessionError> {
-        // Frames are read on their own task: `read_frame` is not cancel-safe, and the select below
-        // must not drop half a frame when a store completes first.
+        // Frames are read on their own task: reading is not cancel-safe, and the select below
+        // must not drop half a frame when a store completes first. The reader blocks on the byte
+        // budgets, so a full budget stops reading and QUIC flow control pushes back on the agent.
         let (frame_tx, mut frames) =
-            tokio::sync::mpsc::channel::<Result<Option<(Frame, usize)>, TransportError>>(4);
+            tokio::sync::mpsc::channel::<Result<Option<ReadFrame>, TransportError>>(4);
+        let mut reader = FrameReader {
+            recv,
+            connection: ByteBudget::new(self.cfg.max_connection_bytes_in_flight),
+            global: self.bytes_in_flight.clone(),
+            metrics: self.metrics.clone(),
+            buf: Vec::new(),
+        };
         let reader = tokio::spawn(async move {
-            let mut buf = Vec::new();
             loop {
-                let item = read_frame(&mut recv, &mut buf).await.map(|f| f.map(|f| (f, buf.len())));
+                let item = reader.next().await;
                 let end = !matches!(item, Ok(Some(_)));
                 if frame_tx.send(item).await.is_err() || end {
                     break;
@@ -344,9 +544,9 @@ impl SessionCtx {
             let can_read = reading && in_flight.len() < self.cfg.max_batches_in_flight.max(1);
             tokio::select! {
                 item = frames.recv(), if can_read => {
-                    let batch = match item {
-                        Some(Ok(Some((Frame::Batch(b), len)))) => { self.count_frame("batch", len); b }
-                        Some(Ok(Some((other, _)))) => break Err(SessionError::Protocol(format!("unexpected {} frame", other.kind().as_str()))),
+                    let (batch, permit) = match item {
+                        Some(Ok(Some((Frame::Batch(b), len, permit)))) => { self.count_frame("batch", len); (b, permit) }
+                        Some(Ok(Some((other, _, _)))) => break Err(SessionError::Protocol(format!("unexpected {} frame", other.kind().as_str()))),
                         Some(Ok(None)) | None => { reading = false; continue; }
                         Some(Err(e)) => break Err(SessionError::BadFrame(e)),
                     };
@@ -365,7 +565,15 @@ impl SessionCtx {
                     let sink = self.sink.clone();
                     let id = identity.clone();
                     let seq = batch.seq;
-                    in_flight.push_back((seq, Instant::now(), tokio::spawn(async move { sink.store(&id, batch).await })));
+                    let guard = guard.clone();
+                    in_flight.push_back((seq, Instant::now(), tokio::spawn(async move {
+                        let stored = sink.store(&id, batch).await;
+                        // The batch's bytes count until its rows are stored (or the store failed),
+                        // and the agent's next session waits for it.
+                        drop(permit);
+                        drop(guard);
+                        stored
+                    })));
                 }
                 done = async { match in_flight.front_mut() { Some((_, _, h)) => h.await, None => std::future::pending().await } } => {
                     let Some((seq, received, _)) = in_flight.pop_front() else { continue };

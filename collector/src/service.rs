@@ -1,6 +1,10 @@
 //! A whole collector: connect to ClickHouse (retrying while it is unreachable), migrate and check
 //! the schema, start the batched sink, the retention task, the telemetry endpoint and the QUIC
 //! server; stop them in order. Used by `oomlens-collector serve`, the demo and the tests.
+//!
+//! Readiness (`/readyz`, gauge `clickhouse_up`) follows ClickHouse: a health task pings it every
+//! [`HEALTH_INTERVAL`]; the collector is ready while the ping answers, the writer is running and
+//! its last insert did not fail.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +69,36 @@ pub async fn connect_with_retry(
     }
 }
 
+/// How often the health task pings ClickHouse.
+pub const HEALTH_INTERVAL: Duration = Duration::from_millis(500);
+/// How long one health ping may take before ClickHouse counts as down.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Keeps `readiness` and `clickhouse_up` in line with ClickHouse and the writer; runs until aborted.
+async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metrics: Arc<CollectorMetrics>) {
+    use std::sync::atomic::Ordering;
+    let mut was_up = true;
+    loop {
+        let ping =
+            tokio::time::timeout(HEALTH_TIMEOUT, ch.client().query("SELECT 1").fetch_one::<u8>()).await;
+        let reachable = matches!(ping, Ok(Ok(1)));
+        let writing =
+            !stats.insert_failing.load(Ordering::Relaxed) && !stats.writer_stopped.load(Ordering::Relaxed);
+        let up = reachable && writing;
+        readiness.set(up);
+        metrics.clickhouse_up.set(i64::from(up));
+        if up != was_up {
+            if up {
+                info!("ClickHouse is reachable and inserts succeed again: ready");
+            } else {
+                error!(reachable, writing, last_error = ?stats.last_error(), "ClickHouse is down or failing: not ready");
+            }
+            was_up = up;
+        }
+        tokio::time::sleep(HEALTH_INTERVAL).await;
+    }
+}
+
 /// A running collector.
 #[derive(Debug)]
 pub struct RunningCollector {
@@ -76,6 +110,8 @@ pub struct RunningCollector {
     pub sink_stats: Arc<SinkStats>,
     /// Connection metrics.
     pub metrics: Arc<CollectorMetrics>,
+    /// Readiness as `/readyz` reports it.
+    pub readiness: Readiness,
     shutdown: watch::Sender<bool>,
     tls: crate::auth::TlsReloader,
     server: JoinHandle<()>,
@@ -127,6 +163,7 @@ pub async fn start(
     if !ch.caps().ttl {
         background.push(ch.spawn_retention(Duration::from_secs(3600)));
     }
+    let health_ch = ch.clone();
     let (sink, sink_task) = Sink::spawn(ch, &cfg.clickhouse, cfg.collector.collector_id.clone());
     let sink_stats = sink.stats();
     let mut registry = Registry::default();
@@ -149,11 +186,19 @@ pub async fn start(
     let tls = server.tls_reloader();
     let server = tokio::spawn(server.run(shutdown_rx));
     readiness.set(true);
+    metrics.clickhouse_up.set(1);
+    background.push(tokio::spawn(watch_health(
+        health_ch,
+        sink_stats.clone(),
+        readiness.clone(),
+        metrics.clone(),
+    )));
     Ok(RunningCollector {
         addr,
         telemetry_addr,
         sink_stats,
         metrics,
+        readiness,
         shutdown,
         tls,
         server,

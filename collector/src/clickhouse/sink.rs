@@ -15,6 +15,15 @@
 //! the server committed it (a timeout or crash at that instant) can be written twice — the usual
 //! at-least-once window, harmless for `oom_events`/`agents` (ReplacingMergeTree).
 //!
+//! **Exactly-once results** (see `docs/architecture.md`): the `agents` row written at the end of
+//! each flush is the commit record — a re-sent batch whose seq it covers is acknowledged without an
+//! insert (`server`). On servers with insert deduplication tokens ([`ServerCaps::dedup_token`])
+//! every `INSERT` carries a token derived from the table and the exact set of (agent, boot id, seq)
+//! in the flush, so a retried insert whose first attempt was committed is dropped by the server
+//! (`non_replicated_deduplication_window` on the tables). A re-sent batch grouped differently after
+//! a collector crash between the data inserts and the `agents` row can still be stored twice; the
+//! built-in queries collapse such rows by their natural key, so answers do not change.
+//!
 //! When every [`Sink`] handle is dropped the writer flushes what is pending and exits.
 
 use std::collections::HashMap;
@@ -24,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clickhouse::{RowOwned, RowWrite};
 use oomlens_schema::Batch;
+use oomlens_schema::ddl::ServerCaps;
 use oomlens_schema::rows::{AgentRow, GpuSampleRow, OomEventRow, ProcessSampleRow, TableRow};
 use tokio::sync::{mpsc, oneshot};
 
@@ -88,6 +98,10 @@ pub struct SinkStats {
     pub queue_depth: AtomicU64,
     /// Batches taken by the writer and not yet stored.
     pub pending_batches: AtomicU64,
+    /// True from a failed insert until the next successful flush (readiness follows it).
+    pub insert_failing: std::sync::atomic::AtomicBool,
+    /// True once the writer task has stopped (shut down, aborted or crashed).
+    pub writer_stopped: std::sync::atomic::AtomicBool,
     last_error: Mutex<Option<String>>,
 }
 
@@ -121,6 +135,34 @@ struct Job {
     rows: BatchRows,
     agent: AgentRow,
     done: oneshot::Sender<()>,
+}
+
+/// The deduplication token of one table's insert in a flush: the table and the sorted
+/// (cluster, node, agent id, boot id, seq) of every batch in the flush, hashed (FNV-1a, 2 × 64
+/// bits). Deterministic across collector runs and versions: the same batches give the same token.
+fn dedup_token(table: &str, batches: &[(AgentKey, u64)]) -> String {
+    let mut sorted: Vec<&(AgentKey, u64)> = batches.iter().collect();
+    sorted.sort_unstable();
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
+    let mut feed = |bytes: &[u8]| {
+        for &byte in bytes {
+            a = (a ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            b = (b ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x5bd1_e995);
+        }
+        // Field separator (not a valid UTF-8 byte).
+        a = (a ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+        b = (b ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x5bd1_e995);
+    };
+    feed(table.as_bytes());
+    for ((cluster, node, agent_id, boot_id), seq) in sorted {
+        feed(cluster.as_bytes());
+        feed(node.as_bytes());
+        feed(agent_id.as_bytes());
+        feed(&boot_id.to_le_bytes());
+        feed(&seq.to_le_bytes());
+    }
+    format!("oomlens-{table}-{}-{a:016x}{b:016x}", batches.len())
 }
 
 /// Clone-able handle of the writer.
@@ -162,6 +204,8 @@ impl Sink {
         let stats = Arc::new(SinkStats::default());
         let writer = Writer {
             ch: ch.clone(),
+            collector_id: collector_id.clone(),
+            caps: ch.caps(),
             rx,
             max_rows: cfg.insert_max_rows.max(1),
             max_delay: cfg.insert_max_delay(),
@@ -225,6 +269,27 @@ impl Sink {
 
 type AgentKey = (String, String, String, u64);
 
+/// The writer stopped at an injected fault point.
+#[derive(Debug)]
+struct Crashed;
+
+/// Why one write attempt failed.
+#[derive(Debug)]
+enum WriteError {
+    /// ClickHouse failed; retried.
+    Ch(ChError),
+    /// An injected fault crashed the writer.
+    Crashed,
+}
+
+impl From<ChError> for WriteError {
+    fn from(e: ChError) -> Self {
+        WriteError::Ch(e)
+    }
+}
+
+use crate::fault::FaultPoint;
+
 /// Rows gathered for one flush.
 #[derive(Default)]
 struct Pending {
@@ -232,6 +297,8 @@ struct Pending {
     process: Vec<ProcessSampleRow>,
     events: Vec<OomEventRow>,
     agents: HashMap<AgentKey, AgentRow>,
+    /// (agent, seq) of every batch in the flush: the insert deduplication tokens.
+    batches: Vec<(AgentKey, u64)>,
     waiters: Vec<oneshot::Sender<()>>,
     rows: usize,
 }
@@ -244,6 +311,7 @@ impl Pending {
         self.process.append(&mut rows.process_samples);
         self.events.append(&mut rows.events);
         let key = (agent.cluster.clone(), agent.node.clone(), agent.agent_id.clone(), agent.boot_id);
+        self.batches.push((key.clone(), agent.last_seq));
         match self.agents.get_mut(&key) {
             Some(existing) if existing.last_seq >= agent.last_seq => {
                 existing.ts_ms = existing.ts_ms.max(agent.ts_ms);
@@ -262,10 +330,18 @@ impl Pending {
 
 struct Writer {
     ch: Ch,
+    collector_id: String,
+    caps: ServerCaps,
     rx: mpsc::Receiver<Job>,
     max_rows: usize,
     max_delay: Duration,
     stats: Arc<SinkStats>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stats.writer_stopped.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Writer {
@@ -295,24 +371,30 @@ impl Writer {
                     () = tokio::time::sleep_until(deadline) => break,
                 }
             }
-            self.flush(pending).await;
+            if self.flush(pending).await.is_err() {
+                return;
+            }
         }
         tracing::debug!("ClickHouse writer: all sink handles dropped, exiting");
     }
 
-    /// Writes until it succeeds, then completes the waiters.
-    async fn flush(&self, mut pending: Pending) {
+    /// Writes until it succeeds, then completes the waiters. `Err` only when an injected fault
+    /// crashed the writer (tests with the `fault-injection` feature).
+    async fn flush(&self, mut pending: Pending) -> Result<(), Crashed> {
         let mut backoff = BACKOFF_START;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
             match self.write(&mut pending).await {
                 Ok(()) => break,
-                Err(e) => {
+                Err(WriteError::Crashed) => return Err(Crashed),
+                Err(WriteError::Ch(e)) => {
+                    self.stats.insert_failing.store(true, Ordering::Relaxed);
                     self.stats.insert_errors.fetch_add(1, Ordering::Relaxed);
                     self.stats.set_last_error(&e);
                     tracing::warn!(
                         error = %e,
+                        collector_id = %self.collector_id,
                         attempt,
                         retry_in_ms = backoff.as_millis() as u64,
                         batches = pending.waiters.len(),
@@ -326,6 +408,10 @@ impl Writer {
         if attempt > 1 {
             tracing::info!(attempts = attempt, "ClickHouse insert succeeded after retries");
         }
+        self.stats.insert_failing.store(false, Ordering::Relaxed);
+        if self.fault(FaultPoint::AfterStoreBeforeAck) {
+            return Err(Crashed);
+        }
         let n = pending.waiters.len() as u64;
         self.stats.insert_batches.fetch_add(1, Ordering::Relaxed);
         self.stats.batches_stored.fetch_add(n, Ordering::Relaxed);
@@ -334,22 +420,42 @@ impl Writer {
             // A caller that gave up waiting is fine: its rows are stored all the same.
             let _ = waiter.send(());
         }
+        Ok(())
     }
 
     /// One attempt; tables already written by an earlier attempt are skipped (their rows cleared).
-    async fn write(&self, p: &mut Pending) -> Result<(), ChError> {
-        self.insert(&mut p.gpu).await?;
-        self.insert(&mut p.process).await?;
-        self.insert(&mut p.events).await?;
+    async fn write(&self, p: &mut Pending) -> Result<(), WriteError> {
+        self.insert(&mut p.gpu, &p.batches).await?;
+        self.insert(&mut p.process, &p.batches).await?;
+        self.insert(&mut p.events, &p.batches).await?;
+        if self.fault(FaultPoint::AfterSamplesBeforeAgents) {
+            return Err(WriteError::Crashed);
+        }
         if !p.agents.is_empty() {
             let mut agents: Vec<AgentRow> = p.agents.values().cloned().collect();
-            self.insert(&mut agents).await?;
+            self.insert(&mut agents, &p.batches).await?;
             p.agents.clear();
         }
         Ok(())
     }
 
-    async fn insert<T>(&self, rows: &mut Vec<T>) -> Result<(), ChError>
+    /// True when an armed fault point fires: the writer stops at once, as if the process died
+    /// there (nothing after the point runs, no waiter is completed, nothing is acknowledged).
+    #[cfg(any(test, feature = "fault-injection"))]
+    fn fault(&self, point: FaultPoint) -> bool {
+        let fired = crate::fault::fires(&self.collector_id, point);
+        if fired {
+            tracing::error!(?point, collector_id = %self.collector_id, "injected fault: the ClickHouse writer crashes here");
+        }
+        fired
+    }
+
+    #[cfg(not(any(test, feature = "fault-injection")))]
+    fn fault(&self, _point: FaultPoint) -> bool {
+        false
+    }
+
+    async fn insert<T>(&self, rows: &mut Vec<T>, batches: &[(AgentKey, u64)]) -> Result<(), ChError>
     where
         T: TableRow + RowOwned + RowWrite + Send + Sync,
     {
@@ -359,7 +465,11 @@ impl Writer {
         let table = self.ch.table(T::TABLE);
         let timeout = self.ch.request_timeout();
         let started = Instant::now();
-        let client = self.ch.client();
+        let mut client = self.ch.client().clone();
+        if self.caps.dedup_token {
+            client = client.with_setting("insert_deduplication_token", dedup_token(T::TABLE, batches));
+        }
+        let client = &client;
         let work = async {
             let mut insert =
                 client.insert_unescaped::<T>(&table).await?.with_timeouts(Some(timeout), Some(timeout));
@@ -373,5 +483,36 @@ impl Writer {
         rows.clear();
         rows.shrink_to_fit();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(node: &str) -> AgentKey {
+        ("c".to_owned(), node.to_owned(), format!("agent-{node}"), 7)
+    }
+
+    #[test]
+    fn dedup_tokens_depend_on_table_and_batch_set_only() {
+        let ab = [(key("a"), 1), (key("b"), 9)];
+        let ba = [(key("b"), 9), (key("a"), 1)];
+        assert_eq!(dedup_token("gpu_samples", &ab), dedup_token("gpu_samples", &ba), "order does not matter");
+        assert_ne!(dedup_token("gpu_samples", &ab), dedup_token("process_samples", &ab));
+        assert_ne!(dedup_token("gpu_samples", &ab), dedup_token("gpu_samples", &ab[..1]));
+        assert_ne!(
+            dedup_token("gpu_samples", &ab),
+            dedup_token("gpu_samples", &[(key("a"), 1), (key("b"), 10)])
+        );
+        // Field boundaries count: ("ab", "c") differs from ("a", "bc").
+        let k1 = [(("ab".to_owned(), "c".to_owned(), String::new(), 0), 1)];
+        let k2 = [(("a".to_owned(), "bc".to_owned(), String::new(), 0), 1)];
+        assert_ne!(dedup_token("t", &k1), dedup_token("t", &k2));
+        assert_eq!(
+            dedup_token("gpu_samples", &ab),
+            dedup_token("gpu_samples", &[(key("a"), 1), (key("b"), 9)]),
+            "stable"
+        );
     }
 }

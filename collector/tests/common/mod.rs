@@ -2,6 +2,8 @@
 //! collector and in-process agents running the simulator.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod exact;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;

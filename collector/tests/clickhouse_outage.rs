@@ -1,0 +1,176 @@
+//! Issue 4 §1: the real ClickHouse process is SIGKILLed mid-run and restarted 60 s later on the
+//! same data directory and port while two real agent processes keep streaming from the simulator.
+//! Afterwards every sample and event is stored exactly once (raw rows, compared with the
+//! simulator's replay), `oom_events` has no duplicate id, `/readyz` said not-ready during the
+//! outage and ready after it, and the collector's resident memory stayed under its configured cap
+//! while the bytes-in-flight caps pushed back on the agents.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::exact::{RssSampler, assert_exactly_once, ready, replay, seconds_stored, stored, wait_ready};
+use common::*;
+
+/// How long ClickHouse stays dead (the issue asks for 60 s).
+const OUTAGE: Duration = Duration::from_secs(60);
+/// The collector's configured memory budget; the global bytes-in-flight cap is derived from it.
+const MEMORY_CAP: u64 = 128 << 20;
+/// Per-connection cap, small so that two agents hit it during the outage.
+const CONNECTION_CAP: u64 = 64 << 10;
+
+macro_rules! step {
+    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clickhouse_killed_for_60_s_loses_and_duplicates_nothing_within_the_memory_cap() {
+    let t0 = Instant::now();
+    let rss = RssSampler::start();
+    let mut ch = start_clickhouse();
+    step!(t0, "ClickHouse up on {}", ch.url());
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["node-out-1", "node-out-2"];
+    let pki = pki(dir.path(), &nodes);
+    let addr = reserve_addr();
+    let mut cfg = collector_config(&pki, &ch.url(), addr);
+    cfg.telemetry.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.collector.max_memory_bytes = MEMORY_CAP;
+    cfg.collector.max_bytes_in_flight = 0; // derived from the memory budget
+    cfg.collector.max_connection_bytes_in_flight = CONNECTION_CAP;
+    cfg.clickhouse.request_timeout_ms = 2_000;
+    let cfg = cfg.finish().unwrap();
+    let global_cap = cfg.collector.max_bytes_in_flight;
+    let (collector, _stop) = start_collector(cfg).await;
+    let telemetry = collector.telemetry_addr.unwrap();
+    assert!(ready(telemetry).await, "ready while ClickHouse is up");
+    let db = client(&ch.url());
+
+    // Agents stream for the whole outage and a few seconds after it: 20× speed, 1400 simulated s.
+    let (speed, duration) = (20.0, 1_400);
+    let seeds = [61, 62];
+    let mut agents: Vec<AgentProcess> = nodes
+        .iter()
+        .zip(seeds)
+        .map(|(node, seed)| {
+            let mut cfg = agent_config(&pki, node, addr, seed, duration, speed);
+            // Frames of ~10 simulated seconds (tens of KiB): a few fill the per-connection cap.
+            cfg.uplink.batch_interval_ms = 500;
+            AgentProcess::spawn(&cfg, dir.path(), node)
+        })
+        .collect();
+    step!(t0, "agents started");
+    let streaming = wait_until_async(Duration::from_secs(20), || async {
+        let mut all = true;
+        for node in nodes {
+            all &= seconds_stored(&db, "oomlens", node, START_MS).await.len() >= 20;
+        }
+        all
+    })
+    .await;
+    assert!(streaming, "agents never delivered; log:\n{}", agents[0].log_text());
+    let rss_before = rss.peak();
+    drop(db);
+
+    ch.kill().unwrap();
+    let killed_at = Instant::now();
+    step!(t0, "ClickHouse SIGKILLed (RSS so far {} MiB)", rss_before >> 20);
+    assert!(
+        wait_ready(telemetry, false, Duration::from_secs(10)).await,
+        "/readyz reports not-ready while ClickHouse is down"
+    );
+    step!(t0, "collector not ready");
+    let (mut max_in_flight, mut max_blocked) = (0i64, 0i64);
+    while killed_at.elapsed() < OUTAGE {
+        max_in_flight = max_in_flight.max(collector.metrics.bytes_in_flight.get());
+        max_blocked = max_blocked.max(collector.metrics.byte_cap_blocked.get());
+        for (a, node) in agents.iter_mut().zip(nodes) {
+            assert!(a.child.try_wait().unwrap().is_none(), "{node} keeps running through the outage");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!ready(telemetry).await, "still not ready at the end of the outage");
+    tokio::task::block_in_place(|| ch.restart()).unwrap();
+    step!(t0, "ClickHouse restarted on the same data directory and port");
+    assert!(wait_ready(telemetry, true, Duration::from_secs(30)).await, "/readyz recovers");
+    step!(t0, "collector ready again");
+
+    for (a, node) in agents.iter_mut().zip(nodes) {
+        let status = a.wait(Duration::from_secs(120)).await;
+        assert!(status.success(), "{node} failed: {status}; log:\n{}", a.log_text());
+    }
+    step!(t0, "agents done");
+    let waits = collector.metrics.byte_cap_waits.get();
+    let blocked_s = collector.metrics.byte_cap_wait_seconds.get();
+    let errors = collector.sink_stats.insert_errors.load(Ordering::Relaxed);
+    let duplicates = collector.metrics.duplicate_batches.get();
+    collector.shutdown().await;
+    let peak = rss.peak().max(oomlens_collector::metrics::resident_memory_bytes().unwrap_or(0));
+    drop(rss);
+
+    let db = client(&ch.url());
+    for (node, seed) in nodes.iter().zip(seeds) {
+        let expected = replay(node, seed, START_MS, duration as i64);
+        let got = stored(&db, "oomlens", node).await;
+        eprintln!(
+            "{node}: gpu {} rows / {} keys, process {} / {}, events {} (expected {} / {} / {})",
+            got.gpu_rows,
+            got.gpu_keys,
+            got.process_rows,
+            got.process_keys,
+            got.event_ids.len(),
+            expected.gpu_samples,
+            expected.process_samples,
+            expected.event_ids.len()
+        );
+        assert_exactly_once(node, &got, &expected);
+    }
+    let dup_ids = count(
+        &db,
+        "SELECT count() FROM (SELECT cluster, node, event_id FROM oomlens.oom_events GROUP BY cluster, node, event_id HAVING count() > 1)",
+    )
+    .await;
+    assert_eq!(dup_ids, 0, "oom_events has no duplicate event id");
+
+    eprintln!(
+        "memory: peak RSS {:.1} MiB (before the outage {:.1} MiB), cap {} MiB; bytes in flight max {} KiB \
+         (global cap {} KiB, per connection {} KiB); {max_blocked} connections blocked at once, {waits} frames \
+         waited {blocked_s:.1} s in all on the caps; \
+         {errors} failed inserts retried; {duplicates} re-sent batches acknowledged without insert",
+        peak as f64 / 1048576.0,
+        rss_before as f64 / 1048576.0,
+        MEMORY_CAP >> 20,
+        max_in_flight >> 10,
+        global_cap >> 10,
+        CONNECTION_CAP >> 10,
+    );
+    assert!(errors > 0, "inserts failed during the outage and were retried");
+    assert_eq!(
+        max_blocked,
+        nodes.len() as i64,
+        "every connection stopped reading at its cap during the outage"
+    );
+    assert!(waits > 0 && blocked_s > 1.0, "the per-connection cap pushed back on the agents");
+    assert!(max_in_flight as u64 <= 2 * CONNECTION_CAP, "bytes in flight stayed within the caps");
+    assert!(peak <= MEMORY_CAP, "collector RSS {peak} stayed under its configured cap {MEMORY_CAP}");
+    step!(t0, "done");
+}
+
+/// `wait_until` for an async condition.
+async fn wait_until_async<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f().await
+}
