@@ -447,3 +447,125 @@ async fn agent_uses_a_rotated_client_certificate_on_its_next_connection() {
     );
     assert_eq!(totals.gpu_samples, 4 * 60);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_certificate_cannot_pose_as_a_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &["node-x", "node-y"]);
+    // A "collector" presenting node-x's certificate (client-auth EKU) for the right name.
+    let ca = load_ca(&pki);
+    let mut spec = agent_spec("localhost", Some(CLUSTER));
+    spec.subject_alt_names = vec!["localhost".into()];
+    let impostor = mint(&ca, dir.path(), "impostor", spec);
+    let tls = TlsFiles { ca: pki.ca.clone(), cert: impostor.cert, key: impostor.key };
+    let server = quinn::Endpoint::server(
+        oomlens_schema::tls::server_config(&tls, Duration::from_secs(3)).unwrap(),
+        any_addr(),
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let accepting = server.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            let _ = incoming.await;
+        }
+    });
+    let agent = agent_endpoint(&pki.ca, &pki.agents[1].1);
+    let e = agent.connect(addr, "localhost").unwrap().await.unwrap_err();
+    assert!(e.to_string().contains("extended key usage for server authentication"), "{e}");
+    server.close(0u32.into(), b"");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_makes_the_collector_binary_serve_a_renewed_certificate() {
+    let ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &["hup-node"]);
+    let ca = load_ca(&pki);
+    let live = dir.path().join("live");
+    let cert = write_minted(&live, "collector", &ca.mint(&collector_spec()).unwrap()).unwrap();
+    let listen = reserve_addr();
+    let config = dir.path().join("collector.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[collector]\nlisten = \"{listen}\"\ncollector_id = \"hup\"\nca = {:?}\ncert = {:?}\nkey = {:?}\n\
+             tls_reload_interval_ms = 0\n[clickhouse]\nurl = \"{}\"\n\
+             [clickhouse.retention]\nsamples_days = 0\nevents_days = 0\n",
+            pki.ca,
+            cert.cert,
+            cert.key,
+            ch.url()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("collector.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oomlens-collector"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("OOMLENS_LOG", "info")
+        .env_remove("OOMLENS_COLLECTOR_CONFIG")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let probe = agent_endpoint(&pki.ca, &pki.agents[0].1);
+    let served_now = |probe: quinn::Endpoint| async move {
+        let connecting = probe.connect(listen, "localhost").unwrap();
+        match tokio::time::timeout(Duration::from_secs(2), connecting).await {
+            Ok(Ok(conn)) => {
+                let chain = conn.peer_identity().unwrap().downcast::<Vec<CertificateDer<'static>>>().unwrap();
+                conn.close(0u32.into(), b"");
+                Some(chain[0].to_vec())
+            }
+            _ => None,
+        }
+    };
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut first = None;
+    for _ in 0..60 {
+        first = served_now(probe.clone()).await;
+        if first.is_some() {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "collector exited:\n{}", log_text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(first, Some(pem_der(&cert.cert)), "collector up:\n{}", log_text());
+
+    // Renewed on disk: without the timer, nothing changes until SIGHUP.
+    let renewed = ca.mint(&collector_spec()).unwrap();
+    replace(&cert.key, renewed.key_pem.as_bytes());
+    replace(&cert.cert, renewed.cert_pem.as_bytes());
+    let renewed_der = CertificateDer::from_pem_slice(renewed.cert_pem.as_bytes()).unwrap().to_vec();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(served_now(probe.clone()).await, first, "no reload without SIGHUP (timer off)");
+    let pid = child.id().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill").args([sig, pid.as_str()]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-HUP");
+    let mut served = None;
+    for _ in 0..40 {
+        served = served_now(probe.clone()).await;
+        if served.as_deref() == Some(&renewed_der[..]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(served, Some(renewed_der), "renewed certificate served after SIGHUP:\n{}", log_text());
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP did not stop the collector");
+    signal("-TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "collector did not stop:\n{}", log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}:\n{}", log_text());
+    assert!(log_text().contains("TLS material reloaded"), "{}", log_text());
+}

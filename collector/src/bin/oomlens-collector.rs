@@ -178,12 +178,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cfg.collector.allowed_clusters = args.allowed_clusters;
     }
     let mut stop = stop_on_signal();
-    let running = oomlens_collector::service::start(cfg, stop.clone()).await?;
-    println!("oomlens-collector listening on {} (QUIC)", running.addr);
     // SIGHUP re-reads the CA bundle, certificate and key (the timer of
-    // collector.tls_reload_interval_ms does too); open connections are not disturbed.
+    // collector.tls_reload_interval_ms does too); open connections are not disturbed. Installed
+    // before the listener starts, so an early SIGHUP never takes the default action (exit).
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
+    let running = oomlens_collector::service::start(cfg, stop.clone()).await?;
+    println!("oomlens-collector listening on {} (QUIC)", running.addr);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
