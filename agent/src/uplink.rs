@@ -510,8 +510,8 @@ impl Uplink {
 
 /// True when a connection failed in the TLS handshake (a QUIC `CRYPTO_ERROR`, sent or received).
 fn is_tls_failure(e: &quinn::ConnectionError) -> bool {
-    let crypto =
-        |code: quinn::TransportErrorCode| (0..=u8::MAX).any(|a| quinn::TransportErrorCode::crypto(a) == code);
+    // CRYPTO_ERROR codes are 0x100 + the TLS alert (RFC 9001 §4.8).
+    let crypto = |code: quinn::TransportErrorCode| (0x100..=0x1ff).contains(&u64::from(code));
     match e {
         quinn::ConnectionError::TransportError(t) => crypto(t.code),
         quinn::ConnectionError::ConnectionClosed(c) => crypto(c.error_code),

@@ -34,9 +34,9 @@ const ALERT_DECRYPT_ERROR: u8 = 51;
 const ALERT_CERTIFICATE_REQUIRED: u8 = 116;
 const ALERT_NO_APPLICATION_PROTOCOL: u8 = 120;
 
-/// The TLS alert of a QUIC `CRYPTO_ERROR` code, if it is one.
+/// The TLS alert of a QUIC `CRYPTO_ERROR` code (0x100 + alert, RFC 9001 §4.8), if it is one.
 fn crypto_alert(code: quinn::TransportErrorCode) -> Option<u8> {
-    (0..=u8::MAX).find(|alert| quinn::TransportErrorCode::crypto(*alert) == code)
+    u64::from(code).checked_sub(0x100).and_then(|alert| u8::try_from(alert).ok())
 }
 
 fn alert_reason(alert: u8, text: &str) -> &'static str {

@@ -457,19 +457,8 @@ async fn an_agent_certificate_cannot_pose_as_a_collector() {
     let mut spec = agent_spec("localhost", Some(CLUSTER));
     spec.subject_alt_names = vec!["localhost".into()];
     let impostor = mint(&ca, dir.path(), "impostor", spec);
-    let tls = TlsFiles { ca: pki.ca.clone(), cert: impostor.cert, key: impostor.key };
-    let server = quinn::Endpoint::server(
-        oomlens_schema::tls::server_config(&tls, Duration::from_secs(3)).unwrap(),
-        any_addr(),
-    )
-    .unwrap();
+    let server = bare_server(&pki.ca, &impostor);
     let addr = server.local_addr().unwrap();
-    let accepting = server.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = accepting.accept().await {
-            let _ = incoming.await;
-        }
-    });
     let agent = agent_endpoint(&pki.ca, &pki.agents[1].1);
     let e = agent.connect(addr, "localhost").unwrap().await.unwrap_err();
     assert!(e.to_string().contains("extended key usage for server authentication"), "{e}");
@@ -568,4 +557,81 @@ async fn sighup_makes_the_collector_binary_serve_a_renewed_certificate() {
     };
     assert!(status.success(), "{status:?}:\n{}", log_text());
     assert!(log_text().contains("TLS material reloaded"), "{}", log_text());
+}
+
+/// A bare QUIC server presenting `cert` (completes handshakes, nothing more).
+fn bare_server(ca: &Path, cert: &CertFiles) -> quinn::Endpoint {
+    let tls = TlsFiles { ca: ca.to_owned(), cert: cert.cert.clone(), key: cert.key.clone() };
+    let server = quinn::Endpoint::server(
+        oomlens_schema::tls::server_config(&tls, Duration::from_secs(3)).unwrap(),
+        any_addr(),
+    )
+    .unwrap();
+    let accepting = server.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            let _ = incoming.await;
+        }
+    });
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_uplink_refuses_an_untrusted_or_misnamed_collector_and_keeps_its_data() {
+    use oomlens_agent::metrics::AgentMetrics;
+    use oomlens_agent::spool::MemorySpool;
+    use oomlens_agent::uplink::{Uplink, UplinkConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &["careful-node"]);
+    let ca = load_ca(&pki);
+    // Collector 1: right name, unknown CA. Collector 2: our CA, another name.
+    let stranger_ca = DevCa::new("stranger CA", 2).unwrap();
+    let untrusted = bare_server(&pki.ca, &mint(&stranger_ca, dir.path(), "untrusted", collector_spec()));
+    let mut misnamed_spec = collector_spec();
+    misnamed_spec.subject_alt_names = vec!["collector.example.org".into()];
+    let misnamed = bare_server(&pki.ca, &mint(&ca, dir.path(), "misnamed", misnamed_spec));
+
+    let metrics = AgentMetrics::register(&mut prometheus_client::registry::Registry::default());
+    let files = &pki.agents[0].1;
+    let (uplink, handle) = Uplink::new(
+        UplinkConfig {
+            collectors: vec![
+                untrusted.local_addr().unwrap().to_string(),
+                misnamed.local_addr().unwrap().to_string(),
+            ],
+            server_name: "localhost".into(),
+            tls: TlsFiles { ca: pki.ca.clone(), cert: files.cert.clone(), key: files.key.clone() },
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(3),
+            max_in_flight: 4,
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(50),
+        },
+        Hello {
+            agent_id: "careful-node".into(),
+            node: "careful-node".into(),
+            boot_id: 1,
+            ..Hello::default()
+        },
+        Box::new(MemorySpool::new(1 << 20)),
+        metrics.clone(),
+    )
+    .unwrap();
+    handle.push(Batch { seq: 1, gpu_samples: vec![GpuSample::default()], ..Batch::default() }).unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(uplink.run(stop_rx));
+    let tls_failures = || metrics.connect_failures.get_or_create(&vec![("reason", "tls".to_owned())]).get();
+    // Both endpoints tried in turn, both refused in the handshake.
+    assert!(
+        wait_until(Duration::from_secs(10), || tls_failures() >= 4).await,
+        "tls failures: {}",
+        tls_failures()
+    );
+    assert_eq!(metrics.connects.get(), 0, "never connected");
+    assert_eq!(handle.totals().pending_batches, 1, "the batch is still held");
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
+    untrusted.close(0u32.into(), b"");
+    misnamed.close(0u32.into(), b"");
 }
