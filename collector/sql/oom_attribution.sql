@@ -1,7 +1,9 @@
 -- name: oom_attribution
--- description: The attribution of every OOM event in a time window, newest first: the ordered rule set of docs/attribution.md (the same rules as the oomlens CLI) applied to the oom_features row of each event, giving scenario, the rule that fired, confidence (percent) and what data was missing. Parameters as oom_features: samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms, window_ms, then the event range [since_ms, until_ms).
+-- description: The attribution of every OOM event in a time window, newest first: the ordered rule set of docs/attribution.md (the same rules as the oomlens CLI) applied to the oom_features row of each event, giving scenario, the rule that fired, confidence (percent) and what data was missing. Parameters as oom_features: samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms, gpus_since_ms = since_ms, gpus_until_ms = until_ms, window_ms, then the event range [since_ms, until_ms).
 -- param: samples_since_ms Int64 = -60000
 -- param: samples_until_ms Int64 = 9223372036854775807
+-- param: gpus_since_ms Int64 = 0
+-- param: gpus_until_ms Int64 = 9223372036854775807
 -- param: window_ms Int64 = 60000
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
@@ -175,6 +177,12 @@ FROM
                 ts_ms AS s_ts, pid AS s_pid, assumeNotNull(used_bytes) AS s_used
             FROM {db}.process_samples
             WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(used_bytes)
+                AND (cluster, node, gpu_index) IN
+                (
+                    SELECT cluster, node, assumeNotNull(gpu_index)
+                    FROM {db}.oom_events
+                    WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(gpu_index)
+                )
         ) AS samples
         ALL RIGHT JOIN
         (

@@ -1,12 +1,16 @@
 -- name: oom_features
--- description: Attribution features of every OOM event in a time window, one row per event (re-sent duplicates collapsed), newest first: phase (reported or inferred from the process's curve), the allocator's numbers, the static estimate from the job shape, the attention matrix of one layer, the memory the job alone needed at the failure, the failing process's curve (samples, first/floor/peak/last) and the other processes on the GPU (memory at the failure, growth) in the window_ms before the failure. Parameters: the process-sample range first (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), then window_ms, then the event range [since_ms, until_ms).
+-- description: Attribution features of every OOM event in a time window, one row per event (re-sent duplicates collapsed), newest first: phase (reported or inferred from the process's curve), the allocator's numbers, the static estimate from the job shape, the attention matrix of one layer, the memory the job alone needed at the failure, the failing process's curve (samples, first/floor/peak/last) and the other processes on the GPU (memory at the failure, growth) in the window_ms before the failure. Parameters: the process-sample range (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), the event range again for the GPUs to read (gpus_since_ms = since_ms, gpus_until_ms = until_ms), window_ms, then the event range [since_ms, until_ms).
 -- param: samples_since_ms Int64 = -60000
 -- param: samples_until_ms Int64 = 9223372036854775807
+-- param: gpus_since_ms Int64 = 0
+-- param: gpus_until_ms Int64 = 9223372036854775807
 -- param: window_ms Int64 = 60000
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 --
--- Structure (ClickHouse 18.16 allows one JOIN per query, equality only): the deduplicated events,
+-- Structure (ClickHouse 18.16 allows one JOIN per query, equality only, and a WITH is not seen in
+-- subqueries, so a parameter is bound once per use): only the samples of the GPUs that have events
+-- in the range are read (an IN on the sort key's prefix); the deduplicated events,
 -- each repeated once per minute bucket its window touches, are the right side of one
 -- `ALL RIGHT JOIN` on (cluster, node, GPU, minute bucket) with the process samples of the time
 -- range, so every event keeps its row even without samples. Stage 1 aggregates per event and
@@ -116,6 +120,12 @@ FROM
                 ts_ms AS s_ts, pid AS s_pid, assumeNotNull(used_bytes) AS s_used
             FROM {db}.process_samples
             WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(used_bytes)
+                AND (cluster, node, gpu_index) IN
+                (
+                    SELECT cluster, node, assumeNotNull(gpu_index)
+                    FROM {db}.oom_events
+                    WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(gpu_index)
+                )
         ) AS samples
         ALL RIGHT JOIN
         (

@@ -1,7 +1,9 @@
 -- name: oom_neighbours
--- description: The noisy neighbours of every OOM event in a time window: the other processes on the failing GPU (for a host OOM kill: on any GPU of the node) in the window_ms before the failure, ranked per event by how much GPU memory they took in that window (growth = last - first sample), at most top_n per event; present = seen in the last 5 s before the failure. Parameters: the process-sample range first (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), then window_ms, the event range [since_ms, until_ms) and top_n.
+-- description: The noisy neighbours of every OOM event in a time window: the other processes on the failing GPU (for a host OOM kill: on any GPU of the node) in the window_ms before the failure, ranked per event by how much GPU memory they took in that window (growth = last - first sample), at most top_n per event; present = seen in the last 5 s before the failure. Parameters: the process-sample range (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), the event range again for the nodes to read (nodes_since_ms = since_ms, nodes_until_ms = until_ms), window_ms, the event range [since_ms, until_ms) and top_n.
 -- param: samples_since_ms Int64 = -60000
 -- param: samples_until_ms Int64 = 9223372036854775807
+-- param: nodes_since_ms Int64 = 0
+-- param: nodes_until_ms Int64 = 9223372036854775807
 -- param: window_ms Int64 = 60000
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
@@ -37,6 +39,7 @@ FROM
             workload AS s_workload, process_name AS s_name, assumeNotNull(used_bytes) AS s_used
         FROM {db}.process_samples
         WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(used_bytes)
+            AND (cluster, node) IN (SELECT cluster, node FROM {db}.oom_events WHERE ts_ms >= ? AND ts_ms < ?)
     ) AS samples
     ALL INNER JOIN
     (

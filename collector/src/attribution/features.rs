@@ -33,11 +33,14 @@ impl FeatureWindow {
     pub const ALL: FeatureWindow =
         FeatureWindow { since_ms: 0, until_ms: i64::MAX, window_ms: DEFAULT_WINDOW_MS };
 
-    /// The positional arguments of `oom_features` / `oom_attribution` (sample range, window, event
-    /// range).
+    /// The positional arguments of `oom_features` / `oom_attribution` / `oom_neighbours` (without
+    /// its `top_n`): the sample range, the event range (which GPUs / nodes to read), the window,
+    /// the event range.
     pub fn args(&self) -> Vec<ParamValue> {
         vec![
             ParamValue::Int(self.since_ms.saturating_sub(self.window_ms.max(0))),
+            ParamValue::Int(self.until_ms),
+            ParamValue::Int(self.since_ms),
             ParamValue::Int(self.until_ms),
             ParamValue::Int(self.window_ms.max(0)),
             ParamValue::Int(self.since_ms),
@@ -340,6 +343,8 @@ mod tests {
             vec![
                 ParamValue::Int(940_000),
                 ParamValue::Int(2_000_000),
+                ParamValue::Int(1_000_000),
+                ParamValue::Int(2_000_000),
                 ParamValue::Int(60_000),
                 ParamValue::Int(1_000_000),
                 ParamValue::Int(2_000_000)
@@ -348,16 +353,39 @@ mod tests {
         for name in ["oom_features", "oom_attribution"] {
             let q = queries::get(name).expect(name);
             let names: Vec<&str> = q.params.iter().map(|p| p.name.as_str()).collect();
-            assert_eq!(names, ["samples_since_ms", "samples_until_ms", "window_ms", "since_ms", "until_ms"]);
+            assert_eq!(
+                names,
+                [
+                    "samples_since_ms",
+                    "samples_until_ms",
+                    "gpus_since_ms",
+                    "gpus_until_ms",
+                    "window_ms",
+                    "since_ms",
+                    "until_ms"
+                ]
+            );
             assert!(q.check_args(&w.args()).is_ok());
         }
         let q = queries::get("oom_neighbours").expect("oom_neighbours");
-        assert_eq!(q.params.len(), 6);
-        assert_eq!(q.params[5].name, "top_n");
+        let names: Vec<&str> = q.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "samples_since_ms",
+                "samples_until_ms",
+                "nodes_since_ms",
+                "nodes_until_ms",
+                "window_ms",
+                "since_ms",
+                "until_ms",
+                "top_n"
+            ]
+        );
         // A negative window or an early `since` never panics.
         let w = FeatureWindow { since_ms: i64::MIN, until_ms: 0, window_ms: -5 };
         assert_eq!(w.args()[0], ParamValue::Int(i64::MIN));
-        assert_eq!(w.args()[2], ParamValue::Int(0));
+        assert_eq!(w.args()[4], ParamValue::Int(0));
     }
 
     #[test]
