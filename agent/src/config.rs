@@ -213,6 +213,8 @@ pub struct AgentConfig {
     pub detect: crate::detect::merge::DetectConfig,
     /// Spool (memory or disk).
     pub spool: SpoolSection,
+    /// The kubelet pod-resources API (GPU → pod names on Kubernetes nodes).
+    pub pod_resources: crate::workload::podresources::PodResourcesConfig,
 }
 
 impl AgentConfig {
@@ -261,6 +263,7 @@ impl AgentConfig {
         self.logs.validate().map_err(ConfigError::Invalid)?;
         self.kmsg.validate().map_err(ConfigError::Invalid)?;
         self.detect.validate().map_err(ConfigError::Invalid)?;
+        self.pod_resources.validate().map_err(ConfigError::Invalid)?;
         for (what, v) in [("agent.node", &self.agent.node), ("agent.cluster", &self.agent.cluster)] {
             if v.len() > oomlens_schema::limits::MAX_STRING {
                 return Err(ConfigError::Invalid(format!(

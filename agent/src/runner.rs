@@ -120,6 +120,21 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
 
     let start_ms = if cfg.source.start_ms > 0 { cfg.source.start_ms } else { now_ms() };
     let source = open_source(&cfg, start_ms)?;
+    // Kubernetes: which pod holds which GPU, polled from the kubelet (when its socket exists).
+    let pods = crate::workload::podresources::PodDirectory::new();
+    let (pods_stop_tx, pods_stop_rx) = watch::channel(false);
+    let pods_task = cfg.pod_resources.enabled.then(|| {
+        tokio::spawn(crate::workload::podresources::run_poller(
+            cfg.pod_resources.clone(),
+            pods.clone(),
+            pods_stop_rx,
+        ))
+    });
+    let source: Box<dyn Source> = if pods_task.is_some() {
+        Box::new(crate::workload::podresources::PodAttributed::new(source, pods.clone()))
+    } else {
+        source
+    };
     let (spool, boot_id, first_seq) = open_spool(&cfg, &metrics)?;
     // After the spool: its directory lock covers the journal.
     let detect = open_event_stage(&cfg, &metrics)?;
@@ -166,9 +181,14 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         detect_stop_rx.clone(),
     );
     let mut resolver = crate::workload::WorkloadResolver::with_config(cfg.workload.clone());
+    let log_pods = pods.clone();
     let log_task = crate::detect::follow::spawn_configured(
         &cfg.logs,
-        Some(Box::new(move |pid| resolver.labels(pid))),
+        Some(Box::new(move |pid| {
+            let mut labels = resolver.labels(pid);
+            log_pods.annotate(None, &mut labels);
+            labels
+        })),
         tx.clone(),
         detect_stop_rx.clone(),
         metrics.clone(),
@@ -240,6 +260,10 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         warn!(pending_batches = t.pending_batches, "drain timeout: pending batches not acknowledged");
     }
     let _ = uplink_stop_tx.send(true);
+    let _ = pods_stop_tx.send(true);
+    if let Some(task) = pods_task {
+        let _ = task.await;
+    }
     match uplink_task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e.into()),

@@ -5,6 +5,8 @@
 //!   Slurm job/step from the cgroup path.
 //! * [`procfs`] — `stat` (start time), `status` (uid), `environ` (Slurm variables), `cmdline`.
 //! * [`passwd`] — uid → user name, group name → gid.
+//! * [`podresources`] — the kubelet pod-resources API: which pod holds which GPU (namespace, pod
+//!   and container names added to the labels).
 //!
 //! The cache holds at most `cache_entries` pids. An entry is trusted for `revalidate_ms`; after
 //! that the process's start time (field 22 of `/proc/<pid>/stat`) is compared with the cached one
@@ -14,6 +16,7 @@
 
 pub mod cgroup;
 pub mod passwd;
+pub mod podresources;
 pub mod procfs;
 
 use std::collections::HashMap;
