@@ -174,3 +174,74 @@ where
     }
     f().await
 }
+
+/// While ClickHouse is down, the agent is `kill -9`ed and restarted on its disk spool (same boot
+/// id): its new session reaches the collector while the old session's batches are still waiting
+/// in the writer. The new session gets its `Welcome` only after those are stored, so nothing it
+/// re-sends is inserted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reconnect_during_an_outage_waits_for_its_earlier_batches_and_duplicates_nothing() {
+    let t0 = Instant::now();
+    let mut ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-out-reconnect";
+    let pki = pki(dir.path(), &[node]);
+    let addr = reserve_addr();
+    let (collector, _stop) = start_collector(collector_config(&pki, &ch.url(), addr)).await;
+    let db = client(&ch.url());
+
+    let seed = 63;
+    let mut cfg = agent_config(&pki, node, addr, seed, 3_600, 20.0);
+    cfg.spool.dir = Some(dir.path().join("spool"));
+    cfg.spool.fsync = oomlens_agent::spool::FsyncPolicy::Never;
+    let mut first = AgentProcess::spawn(&cfg, dir.path(), "first");
+    let streaming = wait_until_async(Duration::from_secs(20), || async {
+        seconds_stored(&db, "oomlens", node, START_MS).await.len() >= 10
+    })
+    .await;
+    assert!(streaming, "agent never delivered; log:\n{}", first.log_text());
+    drop(db);
+    ch.kill().unwrap();
+    step!(t0, "ClickHouse SIGKILLed");
+    // Batches keep arriving and wait in the writer; then the agent dies and comes back.
+    let waiting = wait_until(Duration::from_secs(10), || {
+        collector.sink_stats.pending_batches.load(Ordering::Relaxed)
+            + collector.sink_stats.queue_depth.load(Ordering::Relaxed)
+            >= 3
+    })
+    .await;
+    assert!(waiting, "batches wait in the writer while ClickHouse is down");
+    first.kill9();
+    let start2 = START_MS + 10_000_000;
+    // Another seed: the simulator would otherwise draw the same event ids again.
+    let mut cfg2 = agent_config(&pki, node, addr, seed + 1, 20, 20.0);
+    cfg2.source.start_ms = start2;
+    cfg2.spool = cfg.spool.clone();
+    let mut second = AgentProcess::spawn(&cfg2, dir.path(), "second");
+    step!(t0, "agent killed and restarted on its spool");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::block_in_place(|| ch.restart()).unwrap();
+    step!(t0, "ClickHouse restarted");
+    let status = second.wait(Duration::from_secs(60)).await;
+    assert!(status.success(), "restarted agent failed: {status}; log:\n{}", second.log_text());
+    step!(t0, "restarted agent done");
+    collector.shutdown().await;
+
+    let db = client(&ch.url());
+    let got = stored(&db, "oomlens", node).await;
+    eprintln!("{node}: {got:?}");
+    assert_eq!(got.gpu_rows, got.gpu_keys, "no gpu sample stored twice");
+    assert_eq!(got.process_rows, got.process_keys, "no process sample stored twice");
+    let mut ids = got.event_ids.clone();
+    ids.dedup();
+    assert_eq!(ids.len(), got.event_ids.len(), "no event stored twice");
+    // The first run: a gap-free prefix of its seconds (whatever it had spooled), each once.
+    let first_run: Vec<i64> =
+        seconds_stored(&db, "oomlens", node, START_MS).await.into_iter().filter(|s| *s < 10_000).collect();
+    assert_eq!(first_run, (0..first_run.len() as i64).collect::<Vec<_>>(), "first run: no second lost");
+    assert!(first_run.len() >= 10);
+    // The second run: all of it.
+    let second_run = seconds_stored(&db, "oomlens", node, start2).await;
+    assert_eq!(second_run.into_iter().filter(|s| *s >= 0).count(), 20, "second run: every second");
+    step!(t0, "done");
+}
