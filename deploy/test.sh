@@ -77,6 +77,10 @@ if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import chdb' >/dev/nu
   "$venv/bin/python" -m pip install -q --disable-pip-version-check chdb-core
 fi
 "$venv/bin/python" -c 'import chdb; print("chdb-core", chdb.__version__)'
+# Kubernetes manifest check: OpenAPI schemas bundled offline in kubernetes-validate.
+if ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes-validate PyYAML
+fi
 done_section "set-up"
 
 section "cargo build --workspace --all-targets"
@@ -98,6 +102,12 @@ section "Python hook helper against a real hook listener"
 OOMLENS_AGENT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
   "$python" -m unittest "$root/deploy/hooks/python/test_oomlens_hook.py" || failures+=("Python hook test")
 done_section "Python hook test"
+
+section "Kubernetes: rendered manifests = Helm chart, schemas, invariants, configs accepted by the binaries"
+"$venv/bin/python" "$root/deploy/kubernetes/test_manifests.py" \
+  --agent-bin "${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
+  --collector-bin "${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-collector" || failures+=("Kubernetes manifests")
+done_section "Kubernetes manifests"
 
 section "SQL portability check: ClickHouse 18.16 vs chdb-core"
 work=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-test.XXXXXX")

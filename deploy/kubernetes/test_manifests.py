@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Checks the Kubernetes deployment (run by deploy/test.sh):
+
+1. the committed manifests and chart templates are what render.py renders from values.yaml;
+2. every core object validates against the Kubernetes OpenAPI schemas (kubernetes-validate,
+   offline schemas, strict: unknown fields refused); cert-manager objects (CRDs, no bundled
+   schema) have their required fields;
+3. invariants: the DaemonSet runs with hostPID on GPU nodes (toleration for nvidia.com/gpu),
+   mounts /proc, /dev/kmsg and /var/log/pods read-only, probes the health port, has resources;
+   the Service has the UDP QUIC port; the PDB selects the collector pods; agent certificates
+   carry the node name as CN; ...
+4. the chart's templates, evaluated with values.yaml (the three template forms render.py emits),
+   give exactly the objects of the manifests;
+5. the agent and collector TOML of the ConfigMaps are accepted by the real binaries
+   (`oomlens-agent print-config --config FILE`, `oomlens-collector print-config --config FILE`).
+
+Usage: test_manifests.py --agent-bin PATH --collector-bin PATH [--kubernetes-version 1.30.0]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CHART = HERE / "helm" / "oomlens"
+MANIFEST = HERE / "manifests" / "oomlens.yaml"
+ARGS = None
+
+
+def load_manifests():
+    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+
+
+def by_kind(docs, kind, name=None):
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    if not found:
+        raise AssertionError(f"no {kind} {name or ''}")
+    return found
+
+
+def values():
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def lookup(vals, path):
+    v = vals
+    for part in path.split("."):
+        v = v[part]
+    return v
+
+
+def evaluate_template(text, vals):
+    """Evaluates the template forms render.py emits (and only those: anything else fails)."""
+
+    def range_block(m):
+        items = lookup(vals, m.group(1))
+        body = m.group(2)
+        return "".join(
+            body.replace("{{ toJson . }}", json.dumps(item)).replace("{{ . }}", str(item)) for item in items
+        )
+
+    text = re.sub(r"\n?\{\{- range \$\.Values\.([\w.]+) \}\}\n(.*?)\{\{- end \}\}\n", range_block, text, flags=re.S)
+
+    def with_block(m):
+        value = lookup(vals, m.group(1))
+        if value in (None, "", [], {}, False, 0):
+            return ""
+        return "\n" + m.group(2).replace("{{ toJson . }}", json.dumps(value))
+
+    text = re.sub(r"\n\s*\{\{- with \$\.Values\.([\w.]+) \}\}\n(.*?)\n\s*\{\{- end \}\}", with_block, text, flags=re.S)
+    text = re.sub(r"\{\{ toJson \$\.Values\.([\w.]+) \}\}", lambda m: json.dumps(lookup(vals, m.group(1))), text)
+    if "{{" in text:
+        raise AssertionError("template form not understood by the check: " + text[text.index("{{") :][:80])
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+class Rendering(unittest.TestCase):
+    def test_committed_files_are_rendered_from_values(self):
+        r = subprocess.run([sys.executable, str(HERE / "render.py"), "--check"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_chart_templates_give_the_manifests(self):
+        vals = values()
+        from_chart = []
+        for name in ["agent.yaml", "collector.yaml", "pki.yaml", "agent-certificates.yaml"]:
+            from_chart += evaluate_template((CHART / "templates" / name).read_text(), vals)
+        key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+        self.assertEqual(sorted(from_chart, key=key), sorted(load_manifests(), key=key))
+        # Optional keys disappear when emptied; the range follows the node list.
+        vals["agent"]["runtimeClassName"] = ""
+        vals["certificates"]["agentNodes"] = ["a", "b", "c"]
+        docs = evaluate_template((CHART / "templates" / "agent.yaml").read_text(), vals)
+        self.assertNotIn("runtimeClassName", by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"])
+        certs = evaluate_template((CHART / "templates" / "agent-certificates.yaml").read_text(), vals)
+        self.assertEqual([c["spec"]["commonName"] for c in certs], ["a", "b", "c"])
+
+    def test_chart_metadata(self):
+        chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+        self.assertEqual((chart["apiVersion"], chart["name"]), ("v2", "oomlens"))
+        self.assertRegex(chart["version"], r"^\d+\.\d+\.\d+$")
+
+
+class Schemas(unittest.TestCase):
+    def test_core_objects_validate_strictly(self):
+        docs = [d for d in load_manifests() if not d["apiVersion"].startswith("cert-manager.io/")]
+        self.assertEqual(
+            sorted(d["kind"] for d in docs),
+            sorted(["ConfigMap", "DaemonSet", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]),
+        )
+        for d in docs:
+            with self.subTest(kind=d["kind"], name=d["metadata"]["name"]):
+                kubernetes_validate.validate(d, ARGS.kubernetes_version, strict=True)
+
+    def test_a_broken_object_is_refused(self):
+        ds = by_kind(load_manifests(), "DaemonSet")[0]
+        ds["spec"]["template"]["spec"]["hostPid"] = True  # misspelt
+        with self.assertRaises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(ds, ARGS.kubernetes_version, strict=True)
+
+    def test_cert_manager_objects_have_required_fields(self):
+        docs = [d for d in load_manifests() if d["apiVersion"].startswith("cert-manager.io/")]
+        issuers = {d["metadata"]["name"] for d in docs if d["kind"] == "Issuer"}
+        self.assertEqual(issuers, {"oomlens-selfsigned", "oomlens-ca"})
+        for d in docs:
+            with self.subTest(name=d["metadata"]["name"]):
+                self.assertEqual(d["apiVersion"], "cert-manager.io/v1")
+                self.assertIn(d["kind"], ("Issuer", "Certificate"))
+                if d["kind"] == "Issuer":
+                    self.assertEqual(len([k for k in ("selfSigned", "ca") if k in d["spec"]]), 1)
+                    continue
+                spec = d["spec"]
+                self.assertTrue(spec["secretName"])
+                self.assertIn(spec["issuerRef"]["name"], issuers)
+                self.assertIn(spec["issuerRef"]["kind"], ("Issuer", "ClusterIssuer"))
+                self.assertTrue(spec.get("commonName") or spec.get("dnsNames"))
+                for k in ("duration", "renewBefore"):
+                    if k in spec:
+                        self.assertRegex(spec[k], r"^\d+h$")
+                if "renewBefore" in spec:
+                    self.assertLess(int(spec["renewBefore"][:-1]), int(spec["duration"][:-1]))
+
+
+class Invariants(unittest.TestCase):
+    def setUp(self):
+        self.docs = load_manifests()
+        self.ds = by_kind(self.docs, "DaemonSet", "oomlens-agent")[0]
+        self.pod = self.ds["spec"]["template"]["spec"]
+        self.agent = self.pod["containers"][0]
+
+    def mount_of(self, container, pod, host_path):
+        vols = {v["name"]: v for v in pod["volumes"]}
+        for m in container["volumeMounts"]:
+            hp = vols[m["name"]].get("hostPath")
+            if hp and hp["path"] == host_path:
+                return m, hp
+        raise AssertionError(f"{host_path} is not mounted")
+
+    def test_agent_daemonset_on_gpu_nodes(self):
+        self.assertTrue(self.pod["hostPID"])
+        self.assertFalse(self.pod.get("hostNetwork", False))
+        self.assertTrue(any(t["key"] == "nvidia.com/gpu" and t["operator"] == "Exists" for t in self.pod["tolerations"]))
+        self.assertTrue(self.pod["nodeSelector"])
+        self.assertEqual(self.pod.get("runtimeClassName"), "nvidia")
+        env = {e["name"]: e for e in self.agent["env"]}
+        self.assertEqual(env["NVIDIA_VISIBLE_DEVICES"]["value"], "all")
+        self.assertEqual(env["NVIDIA_DRIVER_CAPABILITIES"]["value"], "utility")
+        self.assertEqual(env["OOMLENS_NODE"]["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
+        self.assertNotIn("nvidia.com/gpu", json.dumps(self.agent["resources"]), "the agent must not take a GPU")
+
+    def test_agent_read_only_host_mounts(self):
+        for path, type_ in [("/proc", "Directory"), ("/dev/kmsg", "CharDevice"), ("/var/log/pods", "DirectoryOrCreate"),
+                            ("/var/lib/kubelet/pod-resources", "DirectoryOrCreate")]:
+            with self.subTest(path=path):
+                m, hp = self.mount_of(self.agent, self.pod, path)
+                self.assertTrue(m.get("readOnly"), path)
+                self.assertEqual(hp["type"], type_)
+        m, _ = self.mount_of(self.agent, self.pod, "/var/lib/oomlens")
+        self.assertFalse(m.get("readOnly", False), "the spool is written")
+        self.assertEqual(self.mount_of(self.agent, self.pod, "/proc")[0]["mountPath"], "/host/proc")
+
+    def test_agent_config_matches_the_mounts(self):
+        cfg = by_kind(self.docs, "ConfigMap", "oomlens-agent")[0]["data"]["agent.toml"]
+        mounts = {m["mountPath"] for m in self.agent["volumeMounts"]}
+        for needle, mount in [('proc_root = "/host/proc"', "/host/proc"), ('dir = "/var/lib/oomlens/spool"', "/var/lib/oomlens"),
+                              ("/var/lib/kubelet/pod-resources/kubelet.sock", "/var/lib/kubelet/pod-resources"),
+                              ('"/var/log/pods/', "/var/log/pods"), ('path = "/dev/kmsg"', "/dev/kmsg"),
+                              ("/etc/oomlens/tls/tls.crt", "/etc/oomlens/tls")]:
+            self.assertIn(needle, cfg)
+            self.assertIn(mount, mounts)
+        port = self.agent["ports"][0]["containerPort"]
+        self.assertIn(f'listen = "0.0.0.0:{port}"', cfg)
+        self.assertEqual(self.agent["args"][-1], "/etc/oomlens/config/agent.toml")
+
+    def test_probes_resources_and_security(self):
+        for name, c in [("agent", self.agent), ("collector", by_kind(self.docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0])]:
+            with self.subTest(container=name):
+                ports = {p["name"]: p for p in c["ports"]}
+                for probe, path in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")]:
+                    self.assertEqual(c[probe]["httpGet"]["path"], path)
+                    self.assertEqual(ports[c[probe]["httpGet"]["port"]]["protocol"], "TCP")
+                for k in ("cpu", "memory"):
+                    self.assertIn(k, c["resources"]["requests"])
+                self.assertIn("memory", c["resources"]["limits"])
+                sc = c["securityContext"]
+                self.assertFalse(sc["allowPrivilegeEscalation"])
+                self.assertTrue(sc["readOnlyRootFilesystem"])
+                self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+        self.assertFalse(self.agent["securityContext"]["privileged"])
+        self.assertEqual(self.agent["securityContext"]["capabilities"].get("add"), ["SYSLOG"])
+
+    def test_collector_service_pdb_and_tls(self):
+        dep = by_kind(self.docs, "Deployment", "oomlens-collector")[0]
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        svc = by_kind(self.docs, "Service", "oomlens-collector")[0]
+        quic = [p for p in svc["spec"]["ports"] if p["name"] == "quic"]
+        self.assertEqual((quic[0]["protocol"], quic[0]["targetPort"]), ("UDP", "quic"))
+        self.assertTrue(all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()))
+        pdb = by_kind(self.docs, "PodDisruptionBudget", "oomlens-collector")[0]
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        self.assertTrue(sel and all(pod_labels.get(k) == v for k, v in sel.items()), "the PDB selects the collector pods")
+        self.assertLess(pdb["spec"]["minAvailable"], dep["spec"]["replicas"], "a PDB that blocks every eviction")
+        pod = dep["spec"]["template"]["spec"]
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        secret_vols = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+        cert = by_kind(self.docs, "Certificate", "oomlens-collector")[0]["spec"]
+        self.assertEqual(secret_vols, [cert["secretName"]])
+        self.assertIn("server auth", cert["usages"])
+        agent_cfg = by_kind(self.docs, "ConfigMap", "oomlens-agent")[0]["data"]["agent.toml"]
+        server_name = re.search(r'server_name = "([^"]+)"', agent_cfg).group(1)
+        self.assertIn(server_name, cert["dnsNames"], "agents must find uplink.server_name in the collector certificate")
+        collectors = re.search(r"collectors = \[([^\]]+)\]", agent_cfg).group(1)
+        self.assertIn(f'{svc["metadata"]["name"]}.{svc["metadata"]["namespace"]}.svc:{quic[0]["port"]}', collectors)
+        env = {e["name"] for e in pod["containers"][0]["env"]}
+        self.assertTrue({"OOMLENS_CLICKHOUSE_URL", "OOMLENS_CLICKHOUSE_USER", "OOMLENS_CLICKHOUSE_PASSWORD"} <= env)
+
+    def test_agent_certificates_name_their_node(self):
+        nodes = values()["certificates"]["agentNodes"]
+        certs = [d for d in by_kind(self.docs, "Certificate") if d["metadata"]["name"].startswith("oomlens-agent-")]
+        self.assertEqual([c["spec"]["commonName"] for c in certs], nodes)
+        for c in certs:
+            self.assertEqual(c["spec"]["usages"], ["client auth", "digital signature"])
+            self.assertEqual(c["spec"]["secretName"], "oomlens-agent-" + c["spec"]["commonName"])
+        cluster = values()["certificates"]["cluster"]
+        self.assertTrue(all(c["spec"]["subject"]["organizationalUnits"] == [cluster] for c in certs))
+        self.assertIn(f'cluster = "{cluster}"', by_kind(self.docs, "ConfigMap", "oomlens-agent")[0]["data"]["agent.toml"])
+        self.assertIn(f'allowed_clusters = ["{cluster}"]', by_kind(self.docs, "ConfigMap", "oomlens-collector")[0]["data"]["collector.toml"])
+
+
+class RealBinaries(unittest.TestCase):
+    def print_config(self, binary, text, env=None):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(text)
+            f.flush()
+            r = subprocess.run([binary, "print-config", "--config", f.name], capture_output=True, text=True,
+                               env={**os.environ, **(env or {})}, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_agent_config_is_accepted(self):
+        docs = load_manifests()
+        text = by_kind(docs, "ConfigMap", "oomlens-agent")[0]["data"]["agent.toml"]
+        out = self.print_config(ARGS.agent_bin, text, {"OOMLENS_NODE": "gpu-node-01"})
+        self.assertIn('node = "gpu-node-01"', out)
+        self.assertIn('proc_root = "/host/proc"', out)
+        self.assertIn("[pod_resources]", out)
+        # The check can fail: a misspelt key is refused.
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(text.replace("proc_root", "proc_rot"))
+            f.flush()
+            r = subprocess.run([ARGS.agent_bin, "print-config", "--config", f.name], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("proc_rot", r.stderr)
+
+    def test_collector_config_is_accepted(self):
+        text = by_kind(load_manifests(), "ConfigMap", "oomlens-collector")[0]["data"]["collector.toml"]
+        out = self.print_config(ARGS.collector_bin, text)
+        self.assertIn("max_memory_bytes = 1610612736", out)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--agent-bin", required=True)
+    ap.add_argument("--collector-bin", required=True)
+    ap.add_argument("--kubernetes-version", default="1.30.0")
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v"] + rest)
+
+
+if __name__ == "__main__":
+    main()
