@@ -230,6 +230,31 @@ impl AgentConfig {
         oomlens_schema::config::parse_toml(text, path)
     }
 
+    /// The layered configuration before [`Self::finish`]: defaults, then the TOML file when
+    /// given, then every `OOMLENS_<SECTION>__<KEY>` variable among `vars` (e.g.
+    /// `OOMLENS_UPLINK__BATCH_MAX_ROWS=20000`, `OOMLENS_SIMULATOR__MIX__BATCH=3`). Command-line
+    /// flags are applied on top by the binary.
+    pub fn load_layered<I>(path: Option<&Path>, vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let overrides = oomlens_schema::config::env_overrides(vars);
+        match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                oomlens_schema::config::parse_layered(Some((&text, path)), &overrides)
+            }
+            None => oomlens_schema::config::parse_layered(None, &overrides),
+        }
+    }
+
+    /// The configuration as TOML (`print-config`).
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string_pretty(self)
+            .map_err(|e| ConfigError::Invalid(format!("cannot render the configuration: {e}")))
+    }
+
     /// Fills derived defaults (host name, agent id) and checks ranges.
     pub fn finish(mut self) -> Result<Self, ConfigError> {
         if self.agent.node.is_empty() {
@@ -306,6 +331,97 @@ mod tests {
             .finish()
             .unwrap_err();
         assert!(err.to_string().contains("interval_ms"), "{err}");
+    }
+
+    /// Every key of the default configuration, dotted (`uplink.batch_max_rows`); tables whose
+    /// keys are data (maps such as `simulator.mix`) count as one key.
+    fn default_keys() -> Vec<String> {
+        fn walk(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+            for (k, v) in table {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match v {
+                    toml::Value::Table(_) if MAP_KEYS.contains(&key.as_str()) => out.push(key),
+                    toml::Value::Table(t) => walk(&key, t, out),
+                    _ => out.push(key),
+                }
+            }
+        }
+        const MAP_KEYS: &[&str] = &["simulator.mix"];
+        let value = toml::Value::try_from(AgentConfig::default()).unwrap();
+        let mut out = Vec::new();
+        walk("", value.as_table().unwrap(), &mut out);
+        out
+    }
+
+    #[test]
+    fn every_key_is_documented_with_its_default() {
+        let docs = include_str!("../../docs/configuration.md");
+        let keys = default_keys();
+        assert!(keys.len() > 60, "{keys:?}");
+        let missing: Vec<_> = keys.iter().filter(|k| !docs.contains(&format!("| `{k}` |"))).collect();
+        assert!(
+            missing.is_empty(),
+            "keys without a row `| `key` | default | …` in docs/configuration.md: {missing:?}"
+        );
+        // Options without a default value are not in the rendered defaults; they are documented too.
+        for k in ["agent.node", "agent.agent_id", "spool.dir", "telemetry.listen", "simulator.log_dir"] {
+            assert!(docs.contains(&format!("| `{k}` |")), "{k}");
+        }
+    }
+
+    #[test]
+    fn environment_variables_override_the_file_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "[uplink]\nbatch_max_rows = 10\ncollectors = ['a:1']\n").unwrap();
+        let env = |v: &[(&str, &str)]| {
+            v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect::<Vec<_>>()
+        };
+        let cfg = AgentConfig::load_layered(
+            Some(&path),
+            env(&[
+                ("OOMLENS_UPLINK__BATCH_MAX_ROWS", "20000"),
+                ("OOMLENS_UPLINK__COLLECTORS", "c1:4433,c2:4433"),
+                ("OOMLENS_SPOOL__DIR", "/var/lib/oomlens/spool"),
+                ("OOMLENS_RECORDER__ENABLED", "false"),
+                ("OOMLENS_SOURCE__KIND", "simulator"),
+                ("OOMLENS_TELEMETRY__LISTEN", "127.0.0.1:9101"),
+                ("OOMLENS_NODE", "not a key path"),
+            ]),
+        )
+        .unwrap()
+        .finish()
+        .unwrap();
+        assert_eq!(cfg.uplink.batch_max_rows, 20_000);
+        assert_eq!(cfg.uplink.collectors, ["c1:4433", "c2:4433"]);
+        assert_eq!(cfg.spool.dir.as_deref(), Some(Path::new("/var/lib/oomlens/spool")));
+        assert!(!cfg.recorder.enabled);
+        assert_eq!(cfg.source.kind, SourceKind::Simulator);
+        assert_eq!(cfg.telemetry.listen, Some("127.0.0.1:9101".parse().unwrap()));
+        let err = AgentConfig::load_layered(Some(&path), env(&[("OOMLENS_UPLINK__BATCH_MAX_ROWZ", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("OOMLENS_UPLINK__BATCH_MAX_ROWZ") && err.contains("batch_max_rowz"), "{err}");
+        let err =
+            AgentConfig::load_layered(None, env(&[("OOMLENS_SOURCE__KIND", "gpu")])).unwrap_err().to_string();
+        assert!(err.contains("OOMLENS_SOURCE__KIND"), "{err}");
+        // Ranges are checked after the variables are applied.
+        let err = AgentConfig::load_layered(None, env(&[("OOMLENS_SOURCE__INTERVAL_MS", "0")]))
+            .unwrap()
+            .finish()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("source.interval_ms"), "{err}");
+        let err = AgentConfig::load_layered(Some(&dir.path().join("missing.toml")), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("missing.toml"), "{err}");
+    }
+
+    #[test]
+    fn printed_configuration_parses_back_to_itself() {
+        let cfg = AgentConfig::load_layered(None, Vec::new()).unwrap().finish().unwrap();
+        let text = cfg.to_toml().unwrap();
+        let back = AgentConfig::parse(&text, Path::new("printed.toml")).unwrap().finish().unwrap();
+        assert_eq!(back, cfg);
     }
 
     #[test]

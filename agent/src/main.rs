@@ -1,9 +1,11 @@
-//! `oomlens-agent`: the per-node agent binary.
+//! `oomlens-agent`: the per-node agent binary — its command line, the layered configuration
+//! (defaults, TOML file, `OOMLENS_<SECTION>__<KEY>` variables, flags) and the generated shell
+//! completions and man pages.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_agent::config::{AgentConfig, SourceKind};
 use oomlens_agent::nvml::{NvmlOptions, smoke_report};
 use oomlens_agent::runner::run_agent;
@@ -21,8 +23,20 @@ struct Cli {
 enum Command {
     /// Run the agent.
     Run(RunArgs),
-    /// Print the effective configuration (file + environment + flags) as TOML and exit.
+    /// Print the effective configuration (file + environment + flags) as TOML and exit
+    /// (same as `run --print-config`).
     PrintConfig(RunArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        /// Shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into --out-dir.
+    Man {
+        /// Directory for `oomlens-agent.1` and one `oomlens-agent-<command>.1` per command.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
     /// Open NVML and print the driver, every GPU and one full reading (needs an NVIDIA driver).
     NvmlSmoke,
     /// Serve only the hook socket (debugging, protocol tests); print each accepted event as JSON.
@@ -102,14 +116,14 @@ struct RunArgs {
     /// Write what was sent (batches and rows per table) as JSON to this file on exit.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Print the effective configuration as TOML and exit (nothing is started).
+    #[arg(long)]
+    print_config: bool,
 }
 
 impl RunArgs {
     fn config(&self) -> anyhow::Result<AgentConfig> {
-        let mut cfg = match &self.config {
-            Some(path) => AgentConfig::load(path)?,
-            None => AgentConfig::default(),
-        };
+        let mut cfg = AgentConfig::load_layered(self.config.as_deref(), std::env::vars())?;
         macro_rules! set {
             ($($field:ident => $target:expr),* $(,)?) => { $( if let Some(v) = &self.$field { $target = v.clone(); } )* };
         }
@@ -156,10 +170,7 @@ impl HookListenArgs {
         &self,
     ) -> anyhow::Result<(oomlens_agent::detect::hook::HookConfig, oomlens_agent::workload::WorkloadConfig)>
     {
-        let mut cfg = match &self.config {
-            Some(path) => AgentConfig::load(path)?,
-            None => AgentConfig::default(),
-        };
+        let mut cfg = AgentConfig::load_layered(self.config.as_deref(), std::env::vars())?;
         if let Some(socket) = &self.socket {
             cfg.hook.path = socket.clone();
         }
@@ -179,10 +190,12 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     oomlens_schema::telemetry::init_logging();
     match cli.command {
-        Command::PrintConfig(args) => {
-            let cfg = args.config()?;
-            print!("{}", toml::to_string_pretty(&cfg).context("cannot render the configuration")?);
+        Command::PrintConfig(args) => print!("{}", args.config()?.to_toml()?),
+        Command::Run(args) if args.print_config => print!("{}", args.config()?.to_toml()?),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "oomlens-agent", &mut std::io::stdout());
         }
+        Command::Man { out_dir } => write_man(out_dir)?,
         Command::Parse(args) => {
             let mut out = std::io::stdout().lock();
             oomlens_agent::detect::parse::command::run(&args.files, args.format, args.json, &mut out)?;
@@ -216,6 +229,22 @@ async fn main() -> anyhow::Result<()> {
             if totals.pending_batches > 0 {
                 anyhow::bail!("{} batches were not acknowledged before exit", totals.pending_batches);
             }
+        }
+    }
+    Ok(())
+}
+
+/// The man pages: the top-level page on stdout, or every page (one per command) into `out_dir`.
+fn write_man(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let cmd = Cli::command();
+    match out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+        }
+        None => {
+            clap_mangen::Man::new(cmd).render(&mut std::io::stdout()).context("cannot write the man page")?
         }
     }
     Ok(())

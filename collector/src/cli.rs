@@ -1,4 +1,6 @@
-//! Command-line pieces shared by `oomlens-collector` and `oomlens`: ClickHouse connection flags.
+//! Command-line pieces shared by `oomlens-collector` and `oomlens`: ClickHouse connection flags
+//! (on top of the layered configuration file + `OOMLENS_<SECTION>__<KEY>` variables), and the
+//! shell completions and man pages generated from a binary's clap definition.
 
 use std::path::PathBuf;
 
@@ -44,12 +46,14 @@ pub struct ChArgs {
 impl ChArgs {
     /// The whole collector config: file (or defaults) with these flags applied.
     pub fn collector_config(&self) -> Result<CollectorConfig, ConfigError> {
-        let mut cfg = match &self.config {
-            Some(path) => CollectorConfig::load(path)?,
-            None => CollectorConfig::default(),
-        };
+        let mut cfg = self.layered_config()?;
         self.apply(&mut cfg.clickhouse);
         cfg.finish()
+    }
+
+    /// Defaults, the file, then the `OOMLENS_<SECTION>__<KEY>` variables (no flags, not finished).
+    pub fn layered_config(&self) -> Result<CollectorConfig, ConfigError> {
+        CollectorConfig::load_layered(self.config.as_deref(), std::env::vars())
     }
 
     /// The ClickHouse settings alone.
@@ -57,7 +61,8 @@ impl ChArgs {
         Ok(self.collector_config()?.clickhouse)
     }
 
-    fn apply(&self, ch: &mut ChConfig) {
+    /// Applies the ClickHouse flags that were given to `ch`.
+    pub fn apply(&self, ch: &mut ChConfig) {
         if let Some(v) = &self.clickhouse_url {
             ch.url = v.clone();
         }
@@ -82,6 +87,32 @@ impl ChArgs {
         if !self.shard_urls.is_empty() {
             ch.shard_urls = self.shard_urls.clone();
         }
+    }
+}
+
+/// Writes the completion script of `cmd` (named `bin`) for `shell` to `out`.
+pub fn write_completions(
+    shell: clap_complete::Shell,
+    mut cmd: clap::Command,
+    bin: &str,
+    out: &mut dyn std::io::Write,
+) {
+    clap_complete::generate(shell, &mut cmd, bin, out);
+}
+
+/// The man pages of `cmd`: the top-level page to `out`, or, with `out_dir`, every page (one per
+/// command, `<bin>-<command>.1`) into that directory.
+pub fn write_man(
+    cmd: clap::Command,
+    out_dir: Option<&std::path::Path>,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    match out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            clap_mangen::generate_to(cmd, dir)
+        }
+        None => clap_mangen::Man::new(cmd).render(out),
     }
 }
 

@@ -1,12 +1,13 @@
 //! The collector's configuration: one TOML file (`[collector]`, `[clickhouse]`, `[telemetry]`),
-//! every field defaulted, unknown keys refused; flags and `OOMLENS_*` variables override it.
+//! every field defaulted, unknown keys refused; `OOMLENS_<SECTION>__<KEY>` variables override the
+//! file and flags (with their own `OOMLENS_*` variables) override both.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use oomlens_schema::tls::TlsFiles;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clickhouse::ChConfig;
 use crate::server::ServerConfig;
@@ -14,7 +15,7 @@ use crate::server::ServerConfig;
 pub use oomlens_schema::config::ConfigError;
 
 /// `[collector]`: the QUIC listener.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CollectorSection {
     /// UDP address for QUIC.
@@ -80,7 +81,7 @@ impl Default for CollectorSection {
 }
 
 /// `[telemetry]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetrySection {
     /// Address of `/metrics`, `/healthz`, `/readyz` (unset: disabled).
@@ -88,7 +89,7 @@ pub struct TelemetrySection {
 }
 
 /// The whole collector configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct CollectorConfig {
     /// QUIC listener.
@@ -105,6 +106,36 @@ impl CollectorConfig {
         oomlens_schema::config::load_toml(path)
     }
 
+    /// The layered configuration before [`Self::finish`]: defaults, then the TOML file when
+    /// given, then every `OOMLENS_<SECTION>__<KEY>` variable among `vars` (e.g.
+    /// `OOMLENS_CLICKHOUSE__INSERT_MAX_ROWS=50000`, `OOMLENS_CLICKHOUSE__RETENTION__SAMPLES_DAYS=7`).
+    /// Command-line flags are applied on top by the binary.
+    pub fn load_layered<I>(path: Option<&Path>, vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let overrides = oomlens_schema::config::env_overrides(vars);
+        match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                oomlens_schema::config::parse_layered(Some((&text, path)), &overrides)
+            }
+            None => oomlens_schema::config::parse_layered(None, &overrides),
+        }
+    }
+
+    /// The configuration as TOML (`print-config`), with a non-empty `clickhouse.password`
+    /// replaced by `<redacted>`.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        let mut shown = self.clone();
+        if !shown.clickhouse.password.is_empty() {
+            shown.clickhouse.password = "<redacted>".to_owned();
+        }
+        toml::to_string_pretty(&shown)
+            .map_err(|e| ConfigError::Invalid(format!("cannot render the configuration: {e}")))
+    }
+
     /// Fills derived defaults and checks ranges.
     pub fn finish(mut self) -> Result<Self, ConfigError> {
         if self.collector.collector_id.is_empty() {
@@ -119,6 +150,9 @@ impl CollectorConfig {
         }
         if self.collector.idle_timeout_ms < 300 {
             return Err(ConfigError::Invalid("collector.idle_timeout_ms must be at least 300".to_owned()));
+        }
+        if self.collector.handshake_timeout_ms == 0 {
+            return Err(ConfigError::Invalid("collector.handshake_timeout_ms must be > 0".to_owned()));
         }
         if self.collector.allowed_clusters.iter().any(|c| c.trim().is_empty()) {
             return Err(ConfigError::Invalid(
@@ -191,6 +225,86 @@ mod tests {
         assert!(toml::from_str::<CollectorConfig>("[collector]\nlisten_addr = \"x\"\n").is_err());
         let cfg: CollectorConfig = toml::from_str("[clickhouse]\nurl = \"http://h:8123\"\n").unwrap();
         assert_eq!(cfg.clickhouse.url, "http://h:8123");
+    }
+
+    #[test]
+    fn every_key_is_documented_with_its_default() {
+        fn walk(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+            for (k, v) in table {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match v {
+                    toml::Value::Table(t) => walk(&key, t, out),
+                    _ => out.push(key),
+                }
+            }
+        }
+        let docs = include_str!("../../docs/configuration.md");
+        let value = toml::Value::try_from(CollectorConfig::default()).unwrap();
+        let mut keys = Vec::new();
+        walk("", value.as_table().unwrap(), &mut keys);
+        assert!(keys.len() > 25, "{keys:?}");
+        let missing: Vec<_> = keys.iter().filter(|k| !docs.contains(&format!("| `{k}` |"))).collect();
+        assert!(
+            missing.is_empty(),
+            "keys without a row `| `key` | default | …` in docs/configuration.md: {missing:?}"
+        );
+        assert!(docs.contains("| `telemetry.listen` |"));
+    }
+
+    #[test]
+    fn environment_variables_override_the_file_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("collector.toml");
+        std::fs::write(&path, "[clickhouse]\nurl = 'http://file:8123'\ninsert_max_rows = 10\n").unwrap();
+        let env = |v: &[(&str, &str)]| {
+            v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect::<Vec<_>>()
+        };
+        let cfg = CollectorConfig::load_layered(
+            Some(&path),
+            env(&[
+                ("OOMLENS_CLICKHOUSE__INSERT_MAX_ROWS", "50000"),
+                ("OOMLENS_CLICKHOUSE__RETENTION__SAMPLES_DAYS", "7"),
+                ("OOMLENS_COLLECTOR__ALLOWED_CLUSTERS", "prod-a,prod-b"),
+                ("OOMLENS_COLLECTOR__LISTEN", "[::]:4433"),
+                ("OOMLENS_TELEMETRY__LISTEN", "0.0.0.0:9102"),
+            ]),
+        )
+        .unwrap()
+        .finish()
+        .unwrap();
+        assert_eq!(cfg.clickhouse.url, "http://file:8123");
+        assert_eq!(cfg.clickhouse.insert_max_rows, 50_000);
+        assert_eq!(cfg.clickhouse.retention.samples_days, 7);
+        assert_eq!(cfg.clickhouse.retention.events_days, 365);
+        assert_eq!(cfg.collector.allowed_clusters, ["prod-a", "prod-b"]);
+        assert_eq!(cfg.collector.listen, "[::]:4433".parse::<SocketAddr>().unwrap());
+        assert_eq!(cfg.telemetry.listen, Some("0.0.0.0:9102".parse().unwrap()));
+        for (var, value, needle) in [
+            ("OOMLENS_CLICKHOUSE__URLL", "http://x", "urll"),
+            ("OOMLENS_CLICKHOUSE__RETENTION__DAYS", "1", "days"),
+            ("OOMLENS_COLLECTOR__MAX_CONNECTIONS", "-5", "OOMLENS_COLLECTOR__MAX_CONNECTIONS"),
+            ("OOMLENS_UPLINK__COLLECTORS", "a:1", "uplink"),
+        ] {
+            let err = CollectorConfig::load_layered(None, env(&[(var, value)])).unwrap_err().to_string();
+            assert!(err.contains(var) && err.contains(needle), "{var}: {err}");
+        }
+        let err = CollectorConfig::load_layered(None, env(&[("OOMLENS_CLICKHOUSE__URL", "clickhouse:8123")]))
+            .unwrap()
+            .finish()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("clickhouse.url"), "{err}");
+    }
+
+    #[test]
+    fn printed_configuration_parses_back_and_hides_the_password() {
+        let mut cfg = CollectorConfig::load_layered(None, Vec::new()).unwrap().finish().unwrap();
+        let text = cfg.to_toml().unwrap();
+        let back: CollectorConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.finish().unwrap(), cfg);
+        cfg.clickhouse.password = "s3cret".to_owned();
+        let text = cfg.to_toml().unwrap();
+        assert!(!text.contains("s3cret") && text.contains("<redacted>"), "{text}");
     }
 
     #[test]

@@ -1,14 +1,16 @@
-//! `oomlens-collector`: the ingest service (serve), schema management (migrate, ddl) and the dev PKI (certs).
+//! `oomlens-collector`: the ingest service (serve), schema management (migrate, ddl), the dev PKI
+//! (certs), the effective configuration (print-config) and its completions and man pages.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_collector::auth::TlsReloadOutcome;
 use oomlens_collector::certs::mint_dev_pki;
-use oomlens_collector::cli::ChArgs;
+use oomlens_collector::cli::{ChArgs, write_completions, write_man};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
+use oomlens_collector::config::CollectorConfig;
 use oomlens_schema::ddl::{ClusterDdl, Retention, ServerVersion, schema_sql};
 use oomlens_schema::telemetry::{init_logging, stop_on_signal};
 
@@ -47,6 +49,20 @@ enum Command {
     },
     /// Mint a development PKI: CA, collector certificate and one certificate per agent node.
     Certs(CertsArgs),
+    /// Print the effective configuration (file + environment + flags) as TOML and exit
+    /// (same as `serve --print-config`; a ClickHouse password is shown as `<redacted>`).
+    PrintConfig(ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        /// Shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into --out-dir.
+    Man {
+        /// Directory for `oomlens-collector.1` and one `oomlens-collector-<command>.1` per command.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +88,37 @@ struct ServeArgs {
     /// or repeated. Replaces `collector.allowed_clusters`.
     #[arg(long = "allowed-cluster", env = "OOMLENS_ALLOWED_CLUSTERS", value_delimiter = ',')]
     allowed_clusters: Vec<String>,
+    /// Print the effective configuration as TOML and exit (nothing is started).
+    #[arg(long)]
+    print_config: bool,
+}
+
+impl ServeArgs {
+    /// Defaults, the file, the `OOMLENS_<SECTION>__<KEY>` variables, then the flags; checked.
+    fn config(&self) -> anyhow::Result<CollectorConfig> {
+        let mut cfg = self.ch.layered_config()?;
+        self.ch.apply(&mut cfg.clickhouse);
+        let c = &mut cfg.collector;
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.ca {
+            c.ca = v.clone();
+        }
+        if let Some(v) = &self.cert {
+            c.cert = v.clone();
+        }
+        if let Some(v) = &self.key {
+            c.key = v.clone();
+        }
+        if !self.allowed_clusters.is_empty() {
+            c.allowed_clusters = self.allowed_clusters.clone();
+        }
+        if let Some(v) = self.metrics_listen {
+            cfg.telemetry.listen = Some(v);
+        }
+        Ok(cfg.finish()?)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -98,7 +145,15 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
+        Command::Serve(args) if args.print_config => print_config(&args),
+        Command::PrintConfig(args) => print_config(&args),
         Command::Serve(args) => serve(args).await,
+        Command::Completions { shell } => {
+            write_completions(shell, Cli::command(), "oomlens-collector", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { out_dir } => write_man(Cli::command(), out_dir.as_deref(), &mut std::io::stdout())
+            .context("cannot write the man pages"),
         Command::Migrate(args) => {
             let cfg = args.clickhouse()?;
             let ch = Ch::connect(&cfg).await?;
@@ -156,27 +211,13 @@ fn render_ddl(
     Ok(out)
 }
 
+fn print_config(args: &ServeArgs) -> anyhow::Result<()> {
+    print!("{}", args.config()?.to_toml()?);
+    Ok(())
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut cfg = args.ch.collector_config()?;
-    let c = &mut cfg.collector;
-    if let Some(v) = args.listen {
-        c.listen = v;
-    }
-    if let Some(v) = args.ca {
-        c.ca = v;
-    }
-    if let Some(v) = args.cert {
-        c.cert = v;
-    }
-    if let Some(v) = args.key {
-        c.key = v;
-    }
-    if let Some(v) = args.metrics_listen {
-        cfg.telemetry.listen = Some(v);
-    }
-    if !args.allowed_clusters.is_empty() {
-        cfg.collector.allowed_clusters = args.allowed_clusters;
-    }
+    let cfg = args.config()?;
     let mut stop = stop_on_signal();
     // SIGHUP re-reads the CA bundle, certificate and key (the timer of
     // collector.tls_reload_interval_ms does too); open connections are not disturbed. Installed

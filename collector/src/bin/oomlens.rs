@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
-use oomlens_collector::cli::ChArgs;
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use oomlens_collector::cli::{ChArgs, write_completions, write_man};
 use oomlens_collector::demo::{DemoConfig, DemoError, run_demo};
 use oomlens_collector::report::print_demo_outcome;
 use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
@@ -27,6 +27,17 @@ enum Command {
     /// the real pipeline, then the confusion matrix, per-scenario precision / recall and the
     /// adversarial cases; exits 1 below --min-macro.
     Accuracy(AccuracyArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        /// Shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into --out-dir.
+    Man {
+        /// Directory for `oomlens.1` and one `oomlens-<command>.1` per command.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +137,12 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Accuracy(a) => run_accuracy(a).await,
+        Command::Completions { shell } => {
+            write_completions(shell, Cli::command(), "oomlens", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { out_dir } => write_man(Cli::command(), out_dir.as_deref(), &mut std::io::stdout())
+            .context("cannot write the man pages"),
         Command::Sql(a) => {
             oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
         }

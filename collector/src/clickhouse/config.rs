@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use oomlens_schema::ddl::Retention;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// ClickHouse connection and batching settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChConfig {
     /// HTTP(S) URL of the server, e.g. `http://127.0.0.1:8123`.
@@ -47,7 +47,7 @@ pub struct ChConfig {
     pub shard_urls: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(remote = "Retention", deny_unknown_fields)]
 struct RetentionDef {
     #[serde(default = "default_samples_days")]

@@ -1,0 +1,165 @@
+//! The `oomlens-agent` binary's configuration surface and generated files: the sample
+//! `deploy/systemd/agent.toml` parses and lists every key, `print-config` / `run --print-config`
+//! layer file, `OOMLENS_<SECTION>__<KEY>` variables and flags and refuse bad input, the systemd unit
+//! keeps its hardening, and the shell completions and man pages generate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oomlens-agent"));
+    // Only the variables a test sets: no OOMLENS_* from the developer's shell.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OOMLENS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OOMLENS_LOG", "error");
+    cmd
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn failed(out: Output) -> String {
+    assert!(!out.status.success(), "unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Dotted keys of a TOML document (`uplink.collectors`); `simulator.mix` counts as one key.
+fn keys(doc: &toml::Table) -> Vec<String> {
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            match v {
+                toml::Value::Table(_) if key == "simulator.mix" => out.push(key),
+                toml::Value::Table(t) => walk(&key, t, out),
+                _ => out.push(key),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", doc, &mut out);
+    out
+}
+
+#[test]
+fn sample_config_parses_and_lists_every_key() {
+    let sample = repo().join("deploy/systemd/agent.toml");
+    let printed = ok(bin().args(["run", "--print-config", "--config"]).arg(&sample).output().unwrap());
+    let effective: toml::Table = toml::from_str(&printed).unwrap();
+    assert_eq!(effective["spool"]["dir"].as_str(), Some("/var/lib/oomlens/spool"));
+    assert_eq!(effective["uplink"]["collectors"].as_array().map(Vec::len), Some(2));
+    assert_eq!(effective["hook"]["mode"].as_integer(), Some(0o660));
+    // Every key of the defaults is in the sample, set or (for keys without a default) commented.
+    let defaults: toml::Table = toml::from_str(&ok(bin().arg("print-config").output().unwrap())).unwrap();
+    let text = std::fs::read_to_string(&sample).unwrap();
+    let file: toml::Table = toml::from_str(&text).unwrap();
+    let in_file = keys(&file);
+    let mut all = keys(&defaults);
+    all.extend(["agent.node", "agent.agent_id", "simulator.log_dir"].map(str::to_owned));
+    let missing: Vec<_> = all
+        .iter()
+        .filter(|k| {
+            let field = k.rsplit('.').next().unwrap();
+            !in_file.contains(k) && !text.contains(&format!("#{field} = "))
+        })
+        .collect();
+    assert!(missing.is_empty(), "keys missing from deploy/systemd/agent.toml: {missing:?}");
+}
+
+#[test]
+fn layers_file_environment_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(&path, "[uplink]\nbatch_max_rows = 10\n[agent]\ncluster = 'file'\n").unwrap();
+    let out = ok(bin()
+        .args(["print-config", "--config"])
+        .arg(&path)
+        .env("OOMLENS_UPLINK__BATCH_MAX_ROWS", "1234")
+        .env("OOMLENS_AGENT__CLUSTER", "env")
+        .env("OOMLENS_RECORDER__WINDOW_S", "60")
+        .env("OOMLENS_CLUSTER", "flag-env")
+        .output()
+        .unwrap());
+    let cfg: toml::Table = toml::from_str(&out).unwrap();
+    assert_eq!(cfg["uplink"]["batch_max_rows"].as_integer(), Some(1234));
+    assert_eq!(cfg["recorder"]["window_s"].as_integer(), Some(60));
+    assert_eq!(cfg["agent"]["cluster"].as_str(), Some("flag-env"), "flags (and their variables) win");
+    let out = ok(bin()
+        .args(["run", "--print-config", "--cluster", "flag", "--config"])
+        .arg(&path)
+        .env("OOMLENS_AGENT__CLUSTER", "env")
+        .output()
+        .unwrap());
+    assert!(out.contains("cluster = \"flag\""), "{out}");
+
+    let err = failed(bin().arg("print-config").env("OOMLENS_UPLINK__COLECTORS", "a:1").output().unwrap());
+    assert!(err.contains("OOMLENS_UPLINK__COLECTORS") && err.contains("colectors"), "{err}");
+    let err = failed(bin().arg("print-config").env("OOMLENS_SOURCE__INTERVAL_MS", "soon").output().unwrap());
+    assert!(err.contains("not an integer"), "{err}");
+    std::fs::write(&path, "[uplink]\nbatch_max_rows = 10\nbogus = 1\n").unwrap();
+    let err = failed(bin().args(["print-config", "--config"]).arg(&path).output().unwrap());
+    assert!(err.contains("bogus") && err.contains("line 3"), "{err}");
+    std::fs::write(&path, "[recorder]\nhot_threshold_pct = 150.0\n").unwrap();
+    let err = failed(bin().args(["print-config", "--config"]).arg(&path).output().unwrap());
+    assert!(err.contains("hot_threshold_pct"), "{err}");
+    std::fs::write(&path, "[spool]\ndir = '/var/lib/oomlens/spool'\nmax_bytes = 10\n").unwrap();
+    let err = failed(bin().args(["print-config", "--config"]).arg(&path).output().unwrap());
+    assert!(err.contains("spool.max_bytes"), "{err}");
+}
+
+#[test]
+fn systemd_unit_is_hardened() {
+    let unit = std::fs::read_to_string(repo().join("deploy/systemd/oomlens-agent.service")).unwrap();
+    let lines: Vec<&str> = unit.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
+    for want in [
+        "User=oomlens",
+        "ExecStart=/usr/bin/oomlens-agent run --config /etc/oomlens/agent.toml",
+        "EnvironmentFile=-/etc/default/oomlens-agent",
+        "StateDirectory=oomlens",
+        "RuntimeDirectory=oomlens",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        "PrivateTmp=yes",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=CAP_SYSLOG",
+        "AmbientCapabilities=CAP_SYSLOG",
+        "DevicePolicy=closed",
+        "DeviceAllow=char-nvidia-frontend rw",
+        "DeviceAllow=/dev/kmsg r",
+        "ReadWritePaths=/var/lib/oomlens /run/oomlens",
+        "ProtectKernelLogs=no",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        "SystemCallFilter=@system-service",
+    ] {
+        assert!(lines.contains(&want), "oomlens-agent.service lacks `{want}`");
+    }
+    for forbidden in ["PrivateDevices=yes", "ProtectKernelLogs=yes", "DynamicUser=yes"] {
+        assert!(!lines.contains(&forbidden), "`{forbidden}` would break NVML, /dev/kmsg or the spool owner");
+    }
+}
+
+#[test]
+fn completions_and_man_pages_generate() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = ok(bin().args(["completions", shell]).output().unwrap());
+        assert!(out.contains("oomlens-agent") && out.contains("print-config"), "{shell}: {out}");
+    }
+    let page = ok(bin().arg("man").output().unwrap());
+    assert!(page.contains(".TH oomlens-agent 1") && page.contains("print\\-config"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    ok(bin().args(["man", "--out-dir"]).arg(dir.path().join("man1")).output().unwrap());
+    for page in ["oomlens-agent.1", "oomlens-agent-run.1", "oomlens-agent-print-config.1"] {
+        let text = std::fs::read_to_string(dir.path().join("man1").join(page)).unwrap();
+        assert!(text.contains(".SH"), "{page}");
+    }
+    let run = std::fs::read_to_string(dir.path().join("man1/oomlens-agent-run.1")).unwrap();
+    assert!(run.contains("\\-\\-collector") && run.contains("\\-\\-print\\-config"), "{run}");
+}

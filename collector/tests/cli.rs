@@ -1,0 +1,168 @@
+//! The `oomlens-collector` and `oomlens` binaries' configuration surface and generated files: the
+//! sample `deploy/systemd/collector.toml` parses and lists every key, `print-config` /
+//! `serve --print-config` layer file, `OOMLENS_<SECTION>__<KEY>` variables and flags, hide the
+//! password and refuse bad input, the systemd unit keeps its hardening, and the shell completions
+//! and man pages generate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin(name: &str) -> Command {
+    let path = match name {
+        "oomlens" => env!("CARGO_BIN_EXE_oomlens"),
+        _ => env!("CARGO_BIN_EXE_oomlens-collector"),
+    };
+    let mut cmd = Command::new(path);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OOMLENS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("OOMLENS_LOG", "error");
+    cmd
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn failed(out: Output) -> String {
+    assert!(!out.status.success(), "unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn keys(doc: &toml::Table) -> Vec<String> {
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            match v {
+                toml::Value::Table(t) => walk(&key, t, out),
+                _ => out.push(key),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", doc, &mut out);
+    out
+}
+
+#[test]
+fn sample_config_parses_and_lists_every_key() {
+    let sample = repo().join("deploy/systemd/collector.toml");
+    let printed = ok(bin("oomlens-collector")
+        .args(["serve", "--print-config", "--config"])
+        .arg(&sample)
+        .output()
+        .unwrap());
+    let effective: toml::Table = toml::from_str(&printed).unwrap();
+    assert_eq!(effective["clickhouse"]["url"].as_str(), Some("http://clickhouse.example:8123"));
+    assert_eq!(effective["telemetry"]["listen"].as_str(), Some("0.0.0.0:9102"));
+    let defaults: toml::Table =
+        toml::from_str(&ok(bin("oomlens-collector").arg("print-config").output().unwrap())).unwrap();
+    let file: toml::Table = toml::from_str(&std::fs::read_to_string(&sample).unwrap()).unwrap();
+    let in_file = keys(&file);
+    let mut all = keys(&defaults);
+    all.push("telemetry.listen".to_owned());
+    let missing: Vec<_> = all.iter().filter(|k| !in_file.contains(k)).collect();
+    assert!(missing.is_empty(), "keys missing from deploy/systemd/collector.toml: {missing:?}");
+}
+
+#[test]
+fn layers_file_environment_and_flags_and_hides_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("collector.toml");
+    std::fs::write(&path, "[clickhouse]\nurl = 'http://file:8123'\ninsert_max_rows = 10\n").unwrap();
+    let out = ok(bin("oomlens-collector")
+        .args(["print-config", "--config"])
+        .arg(&path)
+        .env("OOMLENS_CLICKHOUSE__INSERT_MAX_ROWS", "5000")
+        .env("OOMLENS_CLICKHOUSE__PASSWORD", "s3cret")
+        .env("OOMLENS_CLICKHOUSE__URL", "http://env:8123")
+        .env("OOMLENS_CLICKHOUSE_URL", "http://flag-env:8123")
+        .env("OOMLENS_COLLECTOR__MAX_MEMORY_BYTES", "1073741824")
+        .output()
+        .unwrap());
+    let cfg: toml::Table = toml::from_str(&out).unwrap();
+    assert_eq!(cfg["clickhouse"]["insert_max_rows"].as_integer(), Some(5000));
+    assert_eq!(cfg["clickhouse"]["url"].as_str(), Some("http://flag-env:8123"), "flags win");
+    assert_eq!(cfg["clickhouse"]["password"].as_str(), Some("<redacted>"));
+    assert!(!out.contains("s3cret"));
+    let derived = ((1u64 << 30) - (96 << 20)) / 6;
+    assert_eq!(cfg["collector"]["max_bytes_in_flight"].as_integer(), Some(derived as i64));
+    let out = ok(bin("oomlens-collector")
+        .args(["serve", "--print-config", "--listen", "127.0.0.1:5000", "--allowed-cluster", "a,b"])
+        .env("OOMLENS_COLLECTOR__LISTEN", "0.0.0.0:1")
+        .output()
+        .unwrap());
+    assert!(out.contains("listen = \"127.0.0.1:5000\"") && out.contains("allowed_clusters = ["), "{out}");
+
+    let err = failed(
+        bin("oomlens-collector")
+            .arg("print-config")
+            .env("OOMLENS_CLICKHOUSE__URLL", "http://x")
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("OOMLENS_CLICKHOUSE__URLL") && err.contains("urll"), "{err}");
+    std::fs::write(&path, "[collector]\nlisten_addr = '0.0.0.0:1'\n").unwrap();
+    let err =
+        failed(bin("oomlens-collector").args(["print-config", "--config"]).arg(&path).output().unwrap());
+    assert!(err.contains("listen_addr") && err.contains("line 2"), "{err}");
+    std::fs::write(&path, "[clickhouse]\ndatabase = 'a;DROP'\n").unwrap();
+    let err =
+        failed(bin("oomlens-collector").args(["print-config", "--config"]).arg(&path).output().unwrap());
+    assert!(err.contains("clickhouse.database"), "{err}");
+    let err = failed(
+        bin("oomlens-collector")
+            .args(["serve", "--print-config", "--allowed-cluster", ","])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("allowed_clusters") || err.contains("--allowed-cluster"), "{err}");
+}
+
+#[test]
+fn systemd_unit_is_hardened() {
+    let unit = std::fs::read_to_string(repo().join("deploy/systemd/oomlens-collector.service")).unwrap();
+    let lines: Vec<&str> = unit.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
+    for want in [
+        "User=oomlens",
+        "ExecStart=/usr/bin/oomlens-collector serve --config /etc/oomlens/collector.toml",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "EnvironmentFile=-/etc/default/oomlens-collector",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "PrivateDevices=yes",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "AmbientCapabilities=",
+        "DevicePolicy=closed",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        "SystemCallFilter=@system-service",
+    ] {
+        assert!(lines.contains(&want), "oomlens-collector.service lacks `{want}`");
+    }
+    assert!(!lines.iter().any(|l| l.starts_with("ReadWritePaths=")), "the collector writes nothing");
+}
+
+#[test]
+fn completions_and_man_pages_generate() {
+    for (name, sub) in [("oomlens-collector", "print-config"), ("oomlens", "accuracy")] {
+        for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+            let out = ok(bin(name).args(["completions", shell]).output().unwrap());
+            assert!(out.contains(name) && out.contains(sub), "{name} {shell}: {out}");
+        }
+        let page = ok(bin(name).arg("man").output().unwrap());
+        assert!(page.contains(&format!(".TH {name} 1")), "{page}");
+        let dir = tempfile::tempdir().unwrap();
+        ok(bin(name).args(["man", "--out-dir"]).arg(dir.path()).output().unwrap());
+        let text = std::fs::read_to_string(dir.path().join(format!("{name}-{sub}.1"))).unwrap();
+        assert!(text.contains(".SH"), "{name}-{sub}.1");
+    }
+}
