@@ -205,9 +205,12 @@ def collector_objects(c):
             {"name": "quic", "containerPort": c.v("collector.quicPort"), "protocol": "UDP"},
             {"name": "metrics", "containerPort": c.v("collector.metricsPort"), "protocol": "TCP"},
         ],
-        "livenessProbe": http_probe("/healthz", 10, 20),
-        # Ready only once ClickHouse is reachable and the schema checked.
-        "readinessProbe": http_probe("/readyz", 5, 10),
+        # The health endpoint starts only once ClickHouse answered and the schema is migrated and
+        # checked (the collector retries meanwhile): up to 15 minutes before liveness applies.
+        "startupProbe": {**http_probe("/healthz", 5, 10), "failureThreshold": 90},
+        "livenessProbe": http_probe("/healthz", 0, 20),
+        # Ready while ClickHouse answers (/readyz turns 503 when it does not).
+        "readinessProbe": http_probe("/readyz", 0, 10),
         "resources": c.v("collector.resources"),
         "securityContext": {
             "allowPrivilegeEscalation": False,

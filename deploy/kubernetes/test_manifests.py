@@ -201,7 +201,10 @@ class Invariants(unittest.TestCase):
         self.assertEqual(self.agent["args"][-1], "/etc/oomlens/config/agent.toml")
 
     def test_probes_resources_and_security(self):
-        for name, c in [("agent", self.agent), ("collector", by_kind(self.docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0])]:
+        collector = by_kind(self.docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(collector["startupProbe"]["httpGet"]["path"], "/healthz")
+        self.assertGreaterEqual(collector["startupProbe"]["failureThreshold"] * collector["startupProbe"]["periodSeconds"], 600)
+        for name, c in [("agent", self.agent), ("collector", collector)]:
             with self.subTest(container=name):
                 ports = {p["name"]: p for p in c["ports"]}
                 for probe, path in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")]:
@@ -282,8 +285,16 @@ class RealBinaries(unittest.TestCase):
 
     def test_collector_config_is_accepted(self):
         text = by_kind(load_manifests(), "ConfigMap", "oomlens-collector")[0]["data"]["collector.toml"]
-        out = self.print_config(ARGS.collector_bin, text)
+        dep = by_kind(load_manifests(), "Deployment", "oomlens-collector")[0]
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value", "from-secret") for e in container["env"]}
+        out = self.print_config(ARGS.collector_bin, text, env)
         self.assertIn("max_memory_bytes = 1610612736", out)
+        # The Deployment's environment reaches the configuration.
+        self.assertIn(f'url = "{env["OOMLENS_CLICKHOUSE_URL"]}"', out)
+        self.assertIn(f'database = "{env["OOMLENS_CLICKHOUSE_DATABASE"]}"', out)
+        self.assertIn('user = "from-secret"', out)
+        self.assertNotIn('password = "from-secret"', out, "the password is redacted")
 
 
 def main():
