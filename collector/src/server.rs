@@ -20,6 +20,8 @@
 //! id) are serialised by an [`AgentLocks`] entry held until every batch of the session is stored or
 //! failed: a reconnecting agent gets its `Welcome` only after the batches of its previous session
 //! are settled, so `last_acked_seq` covers them and their re-sent copies are not inserted again.
+//! A new session also tells the earlier one to stop (it ends as `superseded`), so an agent that
+//! reconnects after losing its connection need not wait for the old one's idle timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -108,6 +110,8 @@ enum SessionError {
     Write(TransportError),
     #[error("storage: {0}")]
     Storage(#[from] SinkError),
+    #[error("superseded by a newer session of the same agent run")]
+    Superseded,
 }
 
 impl SessionError {
@@ -124,6 +128,7 @@ impl SessionError {
             SessionError::Protocol(_) => "protocol",
             SessionError::Write(_) => "write",
             SessionError::Storage(_) => "storage",
+            SessionError::Superseded => "superseded",
         }
     }
 
@@ -373,9 +378,21 @@ async fn read_full(r: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<usize, s
 }
 
 /// Per agent run (cluster, node, agent id, boot id): the lock its sessions hold until all their
-/// batches are settled.
+/// batches are settled, and a generation counter a new session bumps to stop the earlier one.
 #[derive(Debug, Clone, Default)]
-struct AgentLocks(Arc<std::sync::Mutex<HashMap<AgentRun, Arc<tokio::sync::Mutex<()>>>>>);
+struct AgentLocks(Arc<std::sync::Mutex<HashMap<AgentRun, Arc<AgentSlot>>>>);
+
+#[derive(Debug)]
+struct AgentSlot {
+    lock: Arc<tokio::sync::Mutex<()>>,
+    generation: watch::Sender<u64>,
+}
+
+impl Default for AgentSlot {
+    fn default() -> Self {
+        AgentSlot { lock: Arc::default(), generation: watch::channel(0).0 }
+    }
+}
 
 /// (cluster, node, agent id, boot id).
 type AgentRun = (String, String, String, u64);
@@ -384,10 +401,10 @@ type AgentRun = (String, String, String, u64);
 type AgentGuard = Arc<tokio::sync::OwnedMutexGuard<()>>;
 
 impl AgentLocks {
-    fn get(&self, id: &AgentIdentity) -> Arc<tokio::sync::Mutex<()>> {
+    fn get(&self, id: &AgentIdentity) -> Arc<AgentSlot> {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Forget agents nobody holds or waits for.
-        map.retain(|_, lock| Arc::strong_count(lock) > 1);
+        map.retain(|_, slot| Arc::strong_count(slot) > 1 || Arc::strong_count(&slot.lock) > 1);
         let key = (id.cluster.clone(), id.node.clone(), id.agent_id.clone(), id.boot_id);
         map.entry(key).or_default().clone()
     }
@@ -436,6 +453,8 @@ impl SessionCtx {
             SessionError::Connection(
                 quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut,
             ) => debug!(%remote, error = %e, "session ended"),
+            // The agent reconnected (its old connection may not even know it yet).
+            SessionError::Superseded => info!(%remote, "session superseded by the agent's new one"),
             _ => {
                 self.metrics.reject(e.reason());
                 warn!(%remote, error = %e, "session refused or failed");
@@ -477,11 +496,14 @@ impl SessionCtx {
         if identity.node != hello.node || identity.cluster != hello.cluster {
             self.metrics.identity_mismatches.inc();
         }
-        // Wait until an earlier session of this agent run has settled all its batches.
-        let lock = self.agent_locks.get(&identity);
+        // Stop an earlier session of this agent run, then wait until all its batches are settled.
+        let slot = self.agent_locks.get(&identity);
+        slot.generation.send_modify(|g| *g = g.wrapping_add(1));
+        let mut superseded = slot.generation.subscribe();
         let guard: AgentGuard = tokio::select! {
-            guard = lock.lock_owned() => Arc::new(guard),
+            guard = slot.lock.clone().lock_owned() => Arc::new(guard),
             e = conn.closed() => return Err(SessionError::Connection(e)),
+            _ = superseded.changed() => return Err(SessionError::Superseded),
         };
         let last = match self.sink.last_acked_seq(&identity).await {
             Ok(seq) => seq,
@@ -493,7 +515,7 @@ impl SessionCtx {
         self.metrics.sessions.inc();
         info!(cluster = %identity.cluster, node = %identity.node, agent_id = %identity.agent_id, boot_id = identity.boot_id, last_acked_seq = last, "agent connected");
 
-        let result = self.stream(&mut send, recv, &identity, last, &guard).await;
+        let result = self.stream(&mut send, recv, &identity, last, &guard, &mut superseded).await;
         match result {
             Err(e) => self.fail(&mut send, e).await,
             Ok(()) => {
@@ -511,6 +533,7 @@ impl SessionCtx {
         identity: &AgentIdentity,
         mut last_stored: u64,
         guard: &AgentGuard,
+        superseded: &mut watch::Receiver<u64>,
     ) -> Result<(), SessionError> {
         // Frames are read on their own task: reading is not cancel-safe, and the select below
         // must not drop half a frame when a store completes first. The reader blocks on the byte
@@ -592,6 +615,9 @@ impl SessionCtx {
                 _ = self.shutdown.changed() => {
                     reading = false;
                 }
+                // A newer session of this agent run: stop here; batches being stored finish on
+                // their own tasks and the new session waits for them.
+                Ok(()) = superseded.changed() => break Err(SessionError::Superseded),
             }
         };
         reader.abort();
