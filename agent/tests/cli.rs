@@ -3,6 +3,8 @@
 //! layer file, `OOMLENS_<SECTION>__<KEY>` variables and flags and refuse bad input, the systemd unit
 //! keeps its hardening, and the shell completions and man pages generate.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -162,4 +164,52 @@ fn completions_and_man_pages_generate() {
     }
     let run = std::fs::read_to_string(dir.path().join("man1/oomlens-agent-run.1")).unwrap();
     assert!(run.contains("\\-\\-collector") && run.contains("\\-\\-print\\-config"), "{run}");
+}
+
+/// Metric family names of an encoded registry (`# TYPE <name> <type>` lines).
+fn families(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Names passed to `register("<name>", …)` in a metrics source file, with the registry's prefix.
+fn registered(source: &Path, prefix: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(source).unwrap();
+    text.split("register(")
+        .skip(1)
+        .filter_map(|rest| rest.trim_start().strip_prefix('"'))
+        .filter_map(|rest| rest.split('"').next())
+        .map(|name| format!("{prefix}_{name}"))
+        .collect()
+}
+
+#[test]
+fn every_metric_is_documented_in_operations_md() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let _metrics = oomlens_agent::metrics::AgentMetrics::register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    // Families without a child yet are not encoded: take their names from the registrations.
+    let mut names = families(&text);
+    names.extend(registered(&repo().join("agent/src/metrics.rs"), "oomlens_agent"));
+    names.sort();
+    names.dedup();
+    assert!(names.len() > 30, "{names:?}");
+    let docs = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
+    let missing: Vec<_> = names.iter().filter(|n| !docs.contains(&format!("`{n}"))).collect();
+    assert!(missing.is_empty(), "agent metrics not described in docs/operations.md: {missing:?}");
+    // Every agent metric the alert rules use exists (counters end in _total, histograms in _bucket).
+    let alerts = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yaml")).unwrap();
+    let used: Vec<&str> = alerts
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("oomlens_agent_"))
+        .collect();
+    assert!(!used.is_empty());
+    for w in used {
+        let base = w.strip_suffix("_total").or_else(|| w.strip_suffix("_bucket")).unwrap_or(w);
+        assert!(names.iter().any(|n| n == base), "alerts.yaml uses unknown metric {w}");
+    }
 }
