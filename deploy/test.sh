@@ -9,8 +9,10 @@
 # 2. .venv with chdb-core (ClickHouse 26.x in-process) for the modern-engine check.
 # 3. cargo build --workspace --all-targets.
 # 4. Rust tests: cargo nextest (if installed) or cargo test.
-# 5. The portability check (deploy/sqlcheck): every built-in query (collector/sql) over the
-#    fixtures on a throw-away 18.16 server and on chdb-core; the answers must match.
+# 5. The portability check (deploy/sqlcheck): every built-in query (collector/sql), the Grafana
+#    dashboard's queries (deploy/grafana/sql) and every panel/variable/annotation SQL of the
+#    dashboard over the fixtures on a throw-away 18.16 server and on chdb-core; the answers must
+#    match; the committed dashboard JSON must equal deploy/grafana/build.py's output.
 #
 # Exits non-zero if anything fails. Environment: PYTHON (default python3), OOMLENS_SKIP_RUST_TESTS=1
 # to run only the SQL check.
@@ -161,7 +163,10 @@ print_ddl 18.16.1 >"$work/ddl-old.sql"
 "$venv/bin/python" "$root/deploy/sqlcheck/check_sql.py" \
   --ddl-modern "$work/ddl-modern.sql" --ddl-old "$work/ddl-old.sql" \
   --fixtures "$root/collector/tests/fixtures/sql" --queries "$root/collector/sql" \
+  --queries "$root/deploy/grafana/sql" --grafana "$root/deploy/grafana/oomlens-dashboard.json" \
   --clickhouse-url "$url" || failures+=("SQL portability check")
+# The committed Grafana dashboard is exactly what deploy/grafana/build.py builds from the SQL files.
+"$python" "$root/deploy/grafana/build.py" --check || failures+=("Grafana dashboard out of date")
 done_section "SQL check"
 
 echo

@@ -3,13 +3,18 @@
 server URL is given, on a real ClickHouse server (18.16 in CI), over the same fixture rows, and
 compares the answers row by row.
 
-    check_sql.py --ddl-modern FILE --ddl-old FILE --fixtures DIR --queries DIR [--clickhouse-url URL]
+    check_sql.py --ddl-modern FILE --ddl-old FILE --fixtures DIR --queries DIR [--queries DIR …]
+                 [--grafana DASHBOARD.json] [--clickhouse-url URL]
 
 * --ddl-modern: DDL rendered for a modern server (`oomlens-collector ddl --server-version 26.9.1`), run in chdb-core.
 * --ddl-old:    DDL rendered for the server behind --clickhouse-url (`oomlens-collector ddl --server-version 18.16.1`).
   Statements are separated by ";\\n" and create tables in the database `oomlens`.
 * --fixtures:   one `<table>.jsonl` (JSONEachRow) per table.
-* --queries:    the built-in `*.sql` files with their `-- name/description/param` header.
+* --queries:    the built-in `*.sql` files with their `-- name/description/param` header (repeatable:
+  collector/sql and the dashboard's deploy/grafana/sql; names must be unique).
+* --grafana:    a dashboard JSON (deploy/grafana/oomlens-dashboard.json): the SQL of every panel
+  target, query variable and annotation runs too, with the Grafana macros replaced by the fixture
+  values in GRAFANA_FIXTURE_VALUES; any other `$` macro left in the SQL is a failure.
 
 Every query runs twice per engine: on the rows as inserted (re-sent duplicates still separate; the
 modern insert uses optimize_on_insert = 0) and after OPTIMIZE TABLE … FINAL. All runs must give the
@@ -313,12 +318,58 @@ def run_all(engines, queries: list[tuple[Query, str]], phase: str, results: dict
             results.setdefault(q.name, []).append((f"{e.name} ({phase})", rows, time.monotonic() - t0))
 
 
+# ------------------------------------------------------------------------------------------ Grafana
+
+# Grafana macros and template variables -> literal values that select the fixture rows.
+GRAFANA_FIXTURE_VALUES = {
+    "${__from}": "0",
+    "${__to}": "9223372036854775807",
+    "${__interval_ms}": "60000",
+    "${cluster:sqlstring}": "'train-east'",
+    "${node:sqlstring}": "'gpu-node-01'",
+    "${gpu}": "0",
+}
+
+
+def grafana_queries(path: Path) -> list[tuple[Query, str]]:
+    """(name, SQL with the macros replaced) for every panel target, query variable and annotation."""
+    import json  # noqa: PLC0415
+
+    try:
+        dash = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckError(f"cannot read {path}: {e}") from None
+    found: list[tuple[str, str]] = []
+    for p in dash.get("panels", []):
+        for t in p.get("targets", []):
+            if "rawSql" in t:
+                found.append((f"panel {p.get('id')} {p.get('title')!r} {t.get('refId', '')}", t["rawSql"]))
+    for v in dash.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            q = v.get("query")
+            found.append((f"variable {v.get('name')}", q.get("rawSql", "") if isinstance(q, dict) else q))
+    for a in dash.get("annotations", {}).get("list", []):
+        if "rawSql" in a.get("target", {}):
+            found.append((f"annotation {a.get('name')!r}", a["target"]["rawSql"]))
+    out = []
+    for name, sql in found:
+        for macro, value in GRAFANA_FIXTURE_VALUES.items():
+            sql = sql.replace(macro, value)
+        if "$" in sql:
+            raise CheckError(f"grafana {name}: unknown macro left in: {sql[sql.index('$'):][:40]!r}")
+        out.append((Query(name=f"grafana {name}", description=name, sql=sql), sql))
+    if not out:
+        raise CheckError(f"{path}: no SQL found in the dashboard")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ddl-modern", required=True, type=Path)
     ap.add_argument("--ddl-old", type=Path, help="required with --clickhouse-url")
     ap.add_argument("--fixtures", required=True, type=Path)
-    ap.add_argument("--queries", required=True, type=Path)
+    ap.add_argument("--queries", required=True, type=Path, action="append")
+    ap.add_argument("--grafana", type=Path, help="a Grafana dashboard JSON whose SQL runs too")
     ap.add_argument("--clickhouse-url", help="a throw-away server, e.g. http://127.0.0.1:8123")
     args = ap.parse_args()
     if args.clickhouse_url and not args.ddl_old:
@@ -326,9 +377,9 @@ def main() -> int:
 
     started = time.monotonic()
     passed, failed = 0, 0
-    files = sorted(args.queries.glob("*.sql"))
+    files = sorted(f for d in args.queries for f in d.glob("*.sql"))
     if not files:
-        print(f"no *.sql files in {args.queries}")
+        print(f"no *.sql files in {', '.join(map(str, args.queries))}")
         print("0 passed, 1 failed")
         return 1
 
@@ -360,6 +411,18 @@ def main() -> int:
                 queries.append((q, render(q, DB, [p.example for p in q.params])))
             except CheckError as e:
                 bad[path.stem] = str(e)
+        names = [path.stem for path in files]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        for n in dupes:
+            bad[n] = "the same query name in more than one --queries directory"
+        if args.grafana:
+            try:
+                for q, sql in grafana_queries(args.grafana):
+                    queries.append((q, sql))
+                    names.append(q.name)
+            except CheckError as e:
+                bad["grafana"] = str(e)
+                names.append("grafana")
 
         # Every query runs on the rows as inserted (re-sent duplicates in separate parts) and again
         # after OPTIMIZE … FINAL: the answers must not depend on whether merges have happened.
@@ -376,8 +439,7 @@ def main() -> int:
         run_all(engines, queries, "merged", results, errors)
 
         sql_of = {q.name: sql for q, sql in queries}
-        for path in files:
-            name = path.stem
+        for name in dict.fromkeys(names):
             if name in bad:
                 print(f"FAIL {name}: {bad[name]}")
                 failed += 1
