@@ -9,6 +9,17 @@
 //! * [`json`] / [`json_decode`] — the same readings as plain JSON objects, one per GPU sample.
 //!
 //! Everything is a pure function of its arguments: the same call gives the same bytes.
+//!
+//! Whole-pipeline benchmarks (issue 4 §6, the `loadgen` binary):
+//!
+//! * [`loadgen`] — simulated agents over real QUIC: pre-encoded frame pool, protocol driver, counters.
+//! * [`chbaseline`] — the same rows inserted by `clickhouse-client` (RowBinary) and as JSONEachRow
+//!   over HTTP, the baselines of the pipeline's throughput.
+//! * [`procfs`] — CPU and memory of a process from `/proc`.
+
+pub mod chbaseline;
+pub mod loadgen;
+pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
