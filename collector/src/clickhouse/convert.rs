@@ -43,6 +43,18 @@ pub fn batch_rows(identity: &AgentIdentity, batch: &Batch, received_ms: i64) -> 
     }
 }
 
+/// Converts a batch the collector owns (the hot path of `Sink::store`): process names and labels
+/// are moved into the rows instead of copied, so a process row costs the three identity strings
+/// and nothing else beyond its workload name. Same rows as [`batch_rows`].
+pub fn batch_rows_owned(identity: &AgentIdentity, batch: Batch, received_ms: i64) -> BatchRows {
+    let Batch { gpu_samples, process_samples, events, .. } = batch;
+    BatchRows {
+        gpu_samples: gpu_samples.iter().map(|s| gpu_sample_row(identity, s)).collect(),
+        process_samples: process_samples.into_iter().map(|p| process_sample_row_owned(identity, p)).collect(),
+        events: events.iter().map(|e| event_row(identity, e, received_ms)).collect(),
+    }
+}
+
 /// The first present workload label (see [`WORKLOAD_KEYS`]), else `""`.
 pub fn workload(labels: &[Label]) -> String {
     WORKLOAD_KEYS
@@ -90,6 +102,30 @@ pub fn process_sample_row(id: &AgentIdentity, p: &ProcessSample) -> ProcessSampl
         process_name: p.name.clone(),
         used_bytes: p.used_bytes,
         workload: workload(&p.labels),
+        label_keys,
+        label_values,
+    }
+}
+
+/// One `process_samples` row from an owned sample (strings moved, not copied).
+pub fn process_sample_row_owned(id: &AgentIdentity, p: ProcessSample) -> ProcessSampleRow {
+    let workload = workload(&p.labels);
+    let mut label_keys = Vec::with_capacity(p.labels.len());
+    let mut label_values = Vec::with_capacity(p.labels.len());
+    for l in p.labels {
+        label_keys.push(l.key);
+        label_values.push(l.value);
+    }
+    ProcessSampleRow {
+        cluster: id.cluster.clone(),
+        node: id.node.clone(),
+        gpu_index: p.gpu_index,
+        ts_ms: p.ts_ms,
+        pid: p.pid,
+        agent_id: id.agent_id.clone(),
+        process_name: p.name,
+        used_bytes: p.used_bytes,
+        workload,
         label_keys,
         label_values,
     }
@@ -256,6 +292,7 @@ mod tests {
             }],
         };
         let rows = batch_rows(&id, &batch, 9_999);
+        assert_eq!(rows, batch_rows_owned(&id, batch.clone(), 9_999));
         assert_eq!(rows.len(), 3);
         let g = &rows.gpu_samples[0];
         assert_eq!((g.cluster.as_str(), g.node.as_str(), g.agent_id.as_str()), ("c1", "node-a", "agent-1"));

@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::client::{Ch, ChError};
 use super::config::ChConfig;
-use super::convert::{BatchRows, agent_row, batch_rows};
+use super::convert::{BatchRows, agent_row, batch_rows_owned};
 use crate::identity::AgentIdentity;
 
 /// First retry delay after a failed insert.
@@ -220,9 +220,9 @@ impl Sink {
     /// while ClickHouse is unavailable (the writer retries); fails only if the writer stopped.
     pub async fn store(&self, identity: &AgentIdentity, batch: Batch) -> Result<(), SinkError> {
         let received = now_ms();
-        let rows = batch_rows(identity, &batch, received);
         let agent = agent_row(identity, &self.collector_id, batch.seq, received);
-        drop(batch);
+        // Owned conversion: process names and labels move into the rows (benches: ingest).
+        let rows = batch_rows_owned(identity, batch, received);
         let stats = &self.stats;
         stats.batches_in.fetch_add(1, Ordering::Relaxed);
         stats.gpu_rows_in.fetch_add(rows.gpu_samples.len() as u64, Ordering::Relaxed);
