@@ -279,6 +279,18 @@ impl AgentConfig {
         if self.spool.dir.is_some() && self.spool.max_bytes < 1024 * 1024 {
             return bad("spool.max_bytes must be at least 1 MiB");
         }
+        for (key, path) in [
+            ("uplink.ca", &self.uplink.ca),
+            ("uplink.cert", &self.uplink.cert),
+            ("uplink.key", &self.uplink.key),
+        ] {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::Invalid(format!("{key} must name a PEM file")));
+            }
+        }
+        if self.spool.dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return bad("spool.dir must not be empty (leave it unset for the memory spool)");
+        }
         if self.uplink.idle_timeout_ms < 300 {
             return bad("uplink.idle_timeout_ms must be at least 300");
         }
@@ -366,6 +378,37 @@ mod tests {
         // Options without a default value are not in the rendered defaults; they are documented too.
         for k in ["agent.node", "agent.agent_id", "spool.dir", "telemetry.listen", "simulator.log_dir"] {
             assert!(docs.contains(&format!("| `{k}` |")), "{k}");
+        }
+    }
+
+    #[test]
+    fn every_section_refuses_unknown_keys() {
+        let value = toml::Value::try_from(AgentConfig::default()).unwrap();
+        let mut tables = Vec::new();
+        for (name, v) in value.as_table().unwrap() {
+            if let toml::Value::Table(t) = v {
+                tables.push(name.clone());
+                for (sub, v) in t {
+                    if v.is_table() {
+                        tables.push(format!("{name}.{sub}"));
+                    }
+                }
+            }
+        }
+        assert!(tables.len() >= 13, "{tables:?}");
+        for table in tables {
+            let text = format!("[{table}]\nno_such_key_x = 1\n");
+            let err = AgentConfig::parse(&text, Path::new("x.toml")).unwrap_err().to_string();
+            assert!(err.contains("no_such_key_x"), "[{table}] accepted an unknown key: {err}");
+        }
+    }
+
+    #[test]
+    fn empty_tls_paths_are_refused() {
+        for key in ["ca", "cert", "key"] {
+            let text = format!("[uplink]\n{key} = ''\n");
+            let err = AgentConfig::parse(&text, Path::new("x.toml")).unwrap().finish().unwrap_err();
+            assert!(err.to_string().contains(&format!("uplink.{key}")), "{err}");
         }
     }
 

@@ -151,6 +151,12 @@ impl CollectorConfig {
         if self.collector.idle_timeout_ms < 300 {
             return Err(ConfigError::Invalid("collector.idle_timeout_ms must be at least 300".to_owned()));
         }
+        let c = &self.collector;
+        for (key, path) in [("collector.ca", &c.ca), ("collector.cert", &c.cert), ("collector.key", &c.key)] {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::Invalid(format!("{key} must name a PEM file")));
+            }
+        }
         if self.collector.handshake_timeout_ms == 0 {
             return Err(ConfigError::Invalid("collector.handshake_timeout_ms must be > 0".to_owned()));
         }
@@ -249,6 +255,20 @@ mod tests {
             "keys without a row `| `key` | default | …` in docs/configuration.md: {missing:?}"
         );
         assert!(docs.contains("| `telemetry.listen` |"));
+    }
+
+    #[test]
+    fn every_section_refuses_unknown_keys_and_empty_tls_paths() {
+        for table in ["collector", "clickhouse", "clickhouse.retention", "telemetry"] {
+            let text = format!("[{table}]\nno_such_key_x = 1\n");
+            let err = toml::from_str::<CollectorConfig>(&text).unwrap_err().to_string();
+            assert!(err.contains("no_such_key_x"), "[{table}] accepted an unknown key: {err}");
+        }
+        for key in ["ca", "cert", "key"] {
+            let cfg: CollectorConfig = toml::from_str(&format!("[collector]\n{key} = ''\n")).unwrap();
+            let err = cfg.finish().unwrap_err().to_string();
+            assert!(err.contains(&format!("collector.{key}")), "{err}");
+        }
     }
 
     #[test]
