@@ -669,3 +669,37 @@ pub fn identity(cert: &crate::certs::CertIdentity, hello: &Hello) -> AgentIdenti
         gpus: hello.gpus.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_charged_its_size_but_never_more_than_the_cap() {
+        let budget = ByteBudget::new(100_000);
+        assert_eq!(budget.charge(16), 16);
+        assert_eq!(budget.charge(8 << 20), 100_000, "a frame larger than the cap takes the whole cap");
+        assert_eq!(budget.semaphore.available_permits(), 100_000);
+        assert_eq!(ByteBudget::new(0).cap, 1, "a zero cap still lets one frame through at a time");
+    }
+
+    #[test]
+    fn sessions_of_one_agent_run_share_a_slot_and_idle_slots_are_forgotten() {
+        let locks = AgentLocks::default();
+        let id = |boot_id| AgentIdentity {
+            cluster: "c".into(),
+            node: "n".into(),
+            agent_id: "a".into(),
+            boot_id,
+            ..AgentIdentity::default()
+        };
+        let a = locks.get(&id(1));
+        let b = locks.get(&id(1));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &locks.get(&id(2))));
+        drop((a, b));
+        let _c = locks.get(&id(3));
+        let map = locks.0.lock().unwrap();
+        assert_eq!(map.len(), 1, "slots nobody holds are dropped");
+    }
+}
