@@ -266,7 +266,12 @@ impl Ring {
         (send, send && !normal)
     }
 
-    fn hold_process(&mut self, p: ProcessSample, cycle: u64) {
+    fn hold_gpu(&mut self, s: GpuSample, max_gpus: usize) {
+        grow(&mut self.gpus, max_gpus);
+        self.gpus.push_back(s);
+    }
+
+    fn hold_process(&mut self, p: ProcessSample, cycle: u64, max_procs: usize) {
         let found =
             self.idents.iter_mut().find(|(i, _)| i.pid == p.pid && i.name == p.name && i.labels == p.labels);
         let ident = match found {
@@ -281,6 +286,7 @@ impl Ring {
             }
         };
         self.held_cycle = cycle;
+        grow(&mut self.procs, max_procs);
         self.procs.push_back(HeldProcess {
             ts_ms: p.ts_ms,
             used: p.used_bytes.unwrap_or(USED_UNKNOWN),
@@ -337,6 +343,17 @@ impl Ring {
         self.idents.iter().any(|(i, _)| i.pid == pid)
             || self.procs.iter().any(|h| h.ident.pid == pid && (lo..=hi).contains(&h.ts_ms))
     }
+}
+
+/// Makes room for one more element in a ring buffer growing towards `cap` elements, by a quarter
+/// of its length at a time instead of doubling: a full ring then wastes at most a quarter of its
+/// memory (doubling could leave half of it unused), for a few more reallocations while it fills.
+fn grow<T>(v: &mut VecDeque<T>, cap: usize) {
+    if v.len() < v.capacity() {
+        return;
+    }
+    let extra = (v.len() / 4).max(64).min(cap.saturating_sub(v.len())).max(1);
+    v.reserve_exact(extra);
 }
 
 /// The flight recorder. See the module docs.
@@ -417,6 +434,7 @@ impl FlightRecorder {
         }
         self.cycle += 1;
         let (cycle, normal) = (self.cycle, self.settings.normal_interval_ms);
+        let (max_gpus, max_procs) = (self.max_gpus, self.max_procs);
         let mut decisions = std::mem::take(&mut self.decisions);
         decisions.clear();
         for s in gpu_samples {
@@ -431,7 +449,7 @@ impl FlightRecorder {
             if send {
                 out.gpu_samples.push(s);
             } else {
-                ring.gpus.push_back(s);
+                ring.hold_gpu(s, max_gpus);
             }
             self.stats.clock_resets += reset as u64;
             self.stats.hot_gpu_samples += u64::from(only_hot);
@@ -457,12 +475,12 @@ impl FlightRecorder {
             if send {
                 out.process_samples.push(p);
             } else {
-                ring.hold_process(p, cycle);
+                ring.hold_process(p, cycle, max_procs);
             }
         }
         self.stats.clock_resets += resets;
         self.decisions = decisions;
-        let (window, max_gpus, max_procs) = (self.settings.window_ms, self.max_gpus, self.max_procs);
+        let window = self.settings.window_ms;
         for ring in &mut self.rings {
             self.stats.evicted_samples += ring.evict(window, max_gpus, max_procs, cycle) as u64;
         }
@@ -770,6 +788,26 @@ mod tests {
         assert!(st.held_process_samples <= 3 * 4 * 21, "{st:?}");
         assert!(st.evicted_samples > 0);
         assert!(rec.rings.iter().all(|r| r.idents.len() <= 4), "identities of gone processes are released");
+        // A full ring grows by quarters, not by doubling.
+        let mut rec = FlightRecorder::new(settings(120_000)).unwrap();
+        for k in 0..1300 {
+            reading(&mut rec, k * 100, 2, 19, 10);
+        }
+        for r in &rec.rings {
+            assert!(r.procs.len() > 19 * 1000, "{}", r.procs.len());
+            assert!(
+                r.procs.capacity() <= r.procs.len() * 5 / 4 + 64,
+                "{} for {}",
+                r.procs.capacity(),
+                r.procs.len()
+            );
+            assert!(
+                r.gpus.capacity() <= r.gpus.len() * 5 / 4 + 64,
+                "{} for {}",
+                r.gpus.capacity(),
+                r.gpus.len()
+            );
+        }
 
         // Timestamps that never age out (a stuck clock) are capped by count.
         let mut rec = FlightRecorder::new(settings(1_000)).unwrap();

@@ -200,8 +200,9 @@ impl<S: BatchSink> Output<S> {
         let mut plan = recorder.plan_flush(&event);
         self.batch.events.push(event);
         let mut total = crate::recorder::Flushed::default();
+        let cap = self.max_rows.min(FLUSH_CHUNK_ROWS);
         while !plan.is_done() {
-            let room = self.max_rows.saturating_sub(self.batch.row_count());
+            let room = cap.saturating_sub(self.batch.row_count());
             if room == 0 {
                 self.push(detect);
                 continue;
@@ -253,6 +254,12 @@ fn record_recorder(m: &AgentMetrics, recorder: &FlightRecorder, last: RecorderSt
     m.recorder_clock_resets.inc_by(now.clock_resets - last.clock_resets);
     now
 }
+
+/// Most rows of a batch that carries a flushed window: the flush materialises its held samples
+/// as owned wire rows (a process sample with its name and labels is a few hundred bytes) one
+/// such batch at a time, so this bounds the agent's extra memory during a flush (≈ 1–2 MiB with
+/// the encoded frame), whatever `batch_max_rows` says.
+pub const FLUSH_CHUNK_ROWS: usize = 4096;
 
 /// Most rows per batch whatever `batch_max_rows` says: a flushed window (120 s × 10 Hz × every
 /// GPU and process) must still fit the 8 MiB frame limit, at up to 512 encoded bytes per row.

@@ -142,6 +142,19 @@ fn spooled(dir: &Path, start_ms: i64) -> BTreeMap<u64, Spooled> {
     out
 }
 
+/// Event ids a restarted agent sends for the events its journal held at a `kill -9` (merged the
+/// way the agent merges them when it replays the journal).
+fn journaled_event_ids(spool_dir: &Path) -> BTreeSet<u64> {
+    let grace = oomlens_agent::detect::merge::DetectConfig::default().merge_grace_ms as i64;
+    let mut merger = oomlens_agent::detect::merge::EventMerger::new(grace);
+    let mut out = BTreeSet::new();
+    for e in oomlens_agent::spool::journal::read_pending(spool_dir).unwrap() {
+        out.extend(merger.restore(e, Vec::new()).into_iter().map(|r| r.event.event_id));
+    }
+    out.extend(merger.drain().iter().map(|e| e.event_id));
+    out
+}
+
 /// Progress on stderr (shown when a test fails), with the time since the test started.
 macro_rules! step {
     ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
@@ -248,6 +261,8 @@ async fn kill_9_and_restart_loses_nothing_spooled_and_duplicates_nothing() {
     let records = spooled(&spool_dir, START_MS);
     let on_disk: BTreeSet<i64> = records.values().flat_map(|r| r.seconds.clone()).collect();
     let events_spooled: BTreeSet<u64> = records.values().flat_map(|r| r.events.clone()).collect();
+    // Events held in the merge window at the kill are in the event journal and replayed.
+    let events_journaled = journaled_event_ids(&spool_dir);
     let spooled_through = *on_disk.last().unwrap();
     assert!(
         spooled_through >= acked + 10,
@@ -269,7 +284,8 @@ async fn kill_9_and_restart_loses_nothing_spooled_and_duplicates_nothing() {
     assert!(second.log_text().contains("disk spool open"), "{}", second.log_text());
     // Everything the killed agent had spooled, and nothing it had not produced.
     let first_run = (0..=spooled_through).collect();
-    let events = Events::Exactly(events_stored.union(&events_spooled).copied().collect());
+    let events =
+        Events::Exactly(events_stored.union(&events_spooled).chain(&events_journaled).copied().collect());
     assert_exactly_once(&db, node, seed, START_MS, &first_run, spooled_through + 1, events).await;
     assert_exactly_once(&db, node, seed, start2, &(0..20).collect(), 20, Events::OfSeconds).await;
     let boots =

@@ -47,6 +47,11 @@ struct Args {
     /// Fast sampling interval, ms (10 Hz = 100).
     #[arg(long, default_value_t = 100)]
     fast_interval_ms: u64,
+    /// Simulated seconds per real second (1 = real time, as deployed). Higher values fill the
+    /// rings and reach the OOMs sooner, for quick comparisons; the CPU figure is then not the
+    /// deployed one.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
     /// Simulate healthy jobs only (no OOM, so no flushed windows): the recorder's steady state.
     #[arg(long)]
     healthy_only: bool,
@@ -99,7 +104,8 @@ fn main() -> anyhow::Result<()> {
     }
     let cfg = agent_config(&pki, collector.addr, &args, true, dir.path())?;
     let name = format!("agent, {} Hz, flight recorder on", 1000 / args.fast_interval_ms.max(1));
-    results.push(run_agent(&agent, dir.path(), &name, &cfg, &args, args.warmup_s + args.window_s, clk_tck)?);
+    let fill_s = (args.window_s as f64 / args.speed.max(1e-3)).ceil() as u64;
+    results.push(run_agent(&agent, dir.path(), &name, &cfg, &args, args.warmup_s + fill_s, clk_tck)?);
 
     let _ = stop_tx.send(true);
     rt.block_on(collector.shutdown());
@@ -156,7 +162,7 @@ fn agent_config(
     cfg.agent.node = "bench-node".into();
     cfg.agent.cluster = "bench".into();
     cfg.source.kind = SourceKind::Simulator;
-    cfg.source.speed = 1.0;
+    cfg.source.speed = args.speed;
     cfg.source.interval_ms = 1000;
     cfg.recorder.enabled = recorder;
     cfg.recorder.fast_interval_ms = args.fast_interval_ms;
