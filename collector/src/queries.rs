@@ -44,6 +44,9 @@ builtin![
     "oom_features",
     "oom_attribution",
     "oom_neighbours",
+    "postmortem_events",
+    "oom_process_curve",
+    "oom_gpu_curve",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

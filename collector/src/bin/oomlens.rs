@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use std::io::Write as _;
+
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_collector::cli::{ChArgs, write_completions, write_man};
@@ -27,6 +29,10 @@ enum Command {
     /// the real pipeline, then the confusion matrix, per-scenario precision / recall and the
     /// adversarial cases; exits 1 below --min-macro.
     Accuracy(AccuracyArgs),
+    /// Explain OOM events in the triage order (when → static → batch/sequence →
+    /// contention/fragmentation → remedy) with the memory curve before each failure, the ranked
+    /// neighbours and the remedy: one event by id, or those of a job, pod, node / GPU in a time range.
+    Postmortem(Box<PostmortemArgs>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         /// Shell to complete for.
@@ -38,6 +44,57 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+struct PostmortemArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// The event id (as `oomlens sql oom_events` lists it).
+    event_id: Option<u64>,
+    /// Only events of this cluster.
+    #[arg(long = "cluster-name")]
+    cluster_name: Option<String>,
+    /// Only events of this node.
+    #[arg(long)]
+    node: Option<String>,
+    /// Only events of this GPU (with --node).
+    #[arg(long, requires = "node")]
+    gpu: Option<u32>,
+    /// Only events of this job (workload).
+    #[arg(long)]
+    job: Option<String>,
+    /// Only events of this pod (the `pod` label).
+    #[arg(long)]
+    pod: Option<String>,
+    /// Events at or after: a duration before now (7d, 2h, 30m), an RFC 3339 time or epoch ms
+    /// [default: all time with an event id, else 7d].
+    #[arg(long)]
+    since: Option<String>,
+    /// Events before: `now`, a duration before now, an RFC 3339 time or epoch ms.
+    #[arg(long, default_value = "now")]
+    until: String,
+    /// Attribution look-back before each failure (process samples read for features, neighbours).
+    #[arg(long, default_value = "60s")]
+    window: String,
+    /// Length of the memory curve before each failure (downsampled to at most 120 points).
+    #[arg(long, default_value = "10m")]
+    curve: String,
+    /// Neighbours per event.
+    #[arg(long, default_value_t = 5)]
+    top: u32,
+    /// At most this many events (newest first).
+    #[arg(long, default_value_t = 20)]
+    max_events: u64,
+    /// Sparkline width in columns.
+    #[arg(long, default_value_t = 60)]
+    width: usize,
+    /// JSON Lines: one JSON document per event per line.
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page (inline SVG charts) to this file.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +194,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Accuracy(a) => run_accuracy(a).await,
+        Command::Postmortem(a) => run_postmortem(*a).await,
         Command::Completions { shell } => {
             write_completions(shell, Cli::command(), "oomlens", &mut std::io::stdout());
             Ok(())
@@ -147,6 +205,76 @@ async fn main() -> anyhow::Result<()> {
             oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
         }
     }
+}
+
+async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
+    use oomlens_collector::clickhouse::Ch;
+    use oomlens_collector::postmortem::{self, Lookback, Selection};
+    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
+
+    let now = now_ms();
+    let since_ms = match (&a.since, a.event_id) {
+        (Some(s), _) => parse_instant_ms(s, now).context("--since")?,
+        (None, Some(_)) => 0,
+        (None, None) => parse_instant_ms("7d", now).context("--since")?,
+    };
+    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
+    // An instant names events up to and including it.
+    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    let lookback = Lookback {
+        window_ms: parse_duration_ms(&a.window).context("--window")?,
+        curve_ms: parse_duration_ms(&a.curve).context("--curve")?,
+        top_n: a.top,
+    };
+    let sel = Selection {
+        since_ms,
+        until_ms,
+        event_id: a.event_id,
+        cluster: a.cluster_name,
+        node: a.node,
+        gpu_index: a.gpu,
+        workload: a.job,
+        pod: a.pod,
+        max_events: a.max_events,
+    };
+    let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
+    let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
+    let client = ch.client();
+    let events =
+        postmortem::find_events(client, &cfg.database, &sel).await.context("cannot select the events")?;
+    let mut reports = Vec::with_capacity(events.len());
+    for ev in &events {
+        if let Some(pm) = postmortem::build(client, &cfg.database, ev, lookback)
+            .await
+            .with_context(|| format!("cannot explain event {}", ev.event_id))?
+        {
+            reports.push(pm);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for (i, pm) in reports.iter().enumerate() {
+        if a.json {
+            serde_json::to_writer(&mut out, &pm.to_json()).context("cannot write JSON")?;
+            writeln!(out).context("cannot write")?;
+        } else {
+            if i > 0 {
+                writeln!(out).context("cannot write")?;
+            }
+            pm.write_text(&mut out, a.width).context("cannot write the report")?;
+        }
+    }
+    if reports.is_empty() && !a.json {
+        writeln!(out, "no OOM event matched").context("cannot write")?;
+    }
+    if let Some(path) = &a.html {
+        let mut page = Vec::new();
+        postmortem::write_html(&reports, &mut page).context("cannot render HTML")?;
+        std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if reports.is_empty() {
+        std::process::exit(2);
+    }
+    Ok(())
 }
 
 async fn run_accuracy(a: AccuracyArgs) -> anyhow::Result<()> {

@@ -1,0 +1,894 @@
+//! `oomlens postmortem`: one report per OOM event, in the triage order of the domain document
+//! (when → static estimate → batch / sequence → contention / fragmentation → remedy), with the
+//! memory curve before the failure, the ranked neighbours and the remedy.
+//!
+//! This module owns selecting the events (`collector/sql/postmortem_events.sql`: by event id, job,
+//! pod, node / GPU and time range), the bounded, downsampled memory curve
+//! (`oom_process_curve.sql`, `oom_gpu_curve.sql`) and rendering the report as text (with terminal
+//! sparklines), JSON Lines and a self-contained HTML page (inline SVG). The attribution itself is
+//! [`crate::attribution::explain_event`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::{self, AttributionError, ExplainedEvent};
+use crate::queries::{self, ParamValue};
+use crate::report::human_bytes;
+use crate::timearg::format_ms;
+
+/// At most this many points per curve: a longer window is downsampled to wider buckets.
+pub const CURVE_POINTS: i64 = 120;
+
+/// A postmortem failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostmortemError {
+    /// Attribution (or one of its queries) failed.
+    #[error(transparent)]
+    Attribution(#[from] AttributionError),
+    /// A query or its arguments are wrong.
+    #[error(transparent)]
+    Query(#[from] queries::QueryError),
+    /// ClickHouse failed.
+    #[error("ClickHouse: {0}")]
+    ClickHouse(#[from] clickhouse::error::Error),
+    /// A built-in query is missing.
+    #[error("built-in query {0:?} is missing")]
+    MissingQuery(&'static str),
+}
+
+fn query(name: &'static str) -> Result<&'static queries::Query, PostmortemError> {
+    queries::get(name).ok_or(PostmortemError::MissingQuery(name))
+}
+
+/// Which events to report on (`postmortem_events`); empty / `None` filters match everything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Events at or after this time (epoch ms).
+    pub since_ms: i64,
+    /// Events before this time (epoch ms).
+    pub until_ms: i64,
+    /// One event id.
+    pub event_id: Option<u64>,
+    /// Cluster.
+    pub cluster: Option<String>,
+    /// Node.
+    pub node: Option<String>,
+    /// GPU index.
+    pub gpu_index: Option<u32>,
+    /// Job (workload).
+    pub workload: Option<String>,
+    /// Pod (the `pod` label).
+    pub pod: Option<String>,
+    /// At most this many events, newest first.
+    pub max_events: u64,
+}
+
+impl Selection {
+    /// The positional arguments of `postmortem_events`.
+    pub fn args(&self) -> Vec<ParamValue> {
+        let s = |v: &Option<String>| ParamValue::String(v.clone().unwrap_or_default());
+        vec![
+            ParamValue::Int(self.since_ms),
+            ParamValue::Int(self.until_ms),
+            ParamValue::UInt(self.event_id.unwrap_or(0)),
+            s(&self.cluster),
+            s(&self.node),
+            ParamValue::Int(self.gpu_index.map_or(-1, i64::from)),
+            s(&self.workload),
+            s(&self.pod),
+            ParamValue::UInt(self.max_events),
+        ]
+    }
+}
+
+/// One row of `postmortem_events`.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct EventRef {
+    /// Event id.
+    pub event_id: u64,
+    /// Failure time.
+    pub ts_ms: i64,
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// GPU.
+    pub gpu_index: Option<u32>,
+    /// PID.
+    pub pid: Option<u32>,
+    /// Workload.
+    pub workload: String,
+    /// Kind.
+    pub kind: String,
+    /// The `pod` label ('' when none).
+    pub pod: String,
+}
+
+/// The events of `sel`, newest first.
+pub async fn find_events(
+    client: &clickhouse::Client,
+    db: &str,
+    sel: &Selection,
+) -> Result<Vec<EventRef>, PostmortemError> {
+    Ok(query("postmortem_events")?.bind(client, db, &sel.args())?.fetch_all::<EventRef>().await?)
+}
+
+/// One bucket of a process's curve.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct ProcessPoint {
+    /// Bucket start (epoch ms).
+    pub bucket_ms: i64,
+    /// PID.
+    pub pid: u32,
+    /// Workload.
+    pub workload: String,
+    /// Process name.
+    pub process_name: String,
+    /// Peak GPU memory in the bucket.
+    pub used_bytes: u64,
+}
+
+/// One bucket of the GPU's curve.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct GpuPoint {
+    /// Bucket start (epoch ms).
+    pub bucket_ms: i64,
+    /// Peak used memory.
+    pub used_bytes: u64,
+    /// Total memory (0 when unknown).
+    pub total_bytes: u64,
+}
+
+/// One process's curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessSeries {
+    /// PID.
+    pub pid: u32,
+    /// Workload.
+    pub workload: String,
+    /// Process name.
+    pub name: String,
+    /// `[bucket_ms, used_bytes]`, oldest first.
+    pub points: Vec<(i64, u64)>,
+}
+
+/// The memory of the failing GPU before the failure, downsampled.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Curve {
+    /// Start of the curve (epoch ms).
+    pub since_ms: i64,
+    /// The failure time (the curve ends there).
+    pub until_ms: i64,
+    /// Bucket width.
+    pub bucket_ms: i64,
+    /// The GPU's used / total memory per bucket.
+    pub gpu: Vec<GpuPoint>,
+    /// Per process, largest peak first.
+    pub processes: Vec<ProcessSeries>,
+}
+
+/// Bucket width for a curve of `span_ms`: at most [`CURVE_POINTS`] buckets, at least one second.
+pub fn bucket_for(span_ms: i64) -> i64 {
+    let raw = (span_ms.max(1) + CURVE_POINTS - 1) / CURVE_POINTS;
+    raw.max(1000)
+}
+
+/// The curve of `gpu` on `(cluster, node)` in the `curve_ms` before `ts_ms` (inclusive).
+pub async fn fetch_curve(
+    client: &clickhouse::Client,
+    db: &str,
+    cluster: &str,
+    node: &str,
+    gpu: u32,
+    ts_ms: i64,
+    curve_ms: i64,
+) -> Result<Curve, PostmortemError> {
+    let since_ms = ts_ms.saturating_sub(curve_ms.max(0));
+    let until = ts_ms.saturating_add(1);
+    let bucket_ms = bucket_for(curve_ms);
+    let args = [
+        ParamValue::Int(bucket_ms),
+        cluster.into(),
+        node.into(),
+        gpu.into(),
+        ParamValue::Int(since_ms),
+        ParamValue::Int(until),
+    ];
+    let rows = query("oom_process_curve")?.bind(client, db, &args)?.fetch_all::<ProcessPoint>().await?;
+    let gpu_points = query("oom_gpu_curve")?.bind(client, db, &args)?.fetch_all::<GpuPoint>().await?;
+    let mut by_pid: BTreeMap<u32, ProcessSeries> = BTreeMap::new();
+    for r in rows {
+        let s = by_pid.entry(r.pid).or_insert_with(|| ProcessSeries {
+            pid: r.pid,
+            workload: String::new(),
+            name: String::new(),
+            points: Vec::new(),
+        });
+        s.workload = r.workload;
+        s.name = r.process_name;
+        s.points.push((r.bucket_ms, r.used_bytes));
+    }
+    let mut processes: Vec<ProcessSeries> = by_pid.into_values().collect();
+    let peak = |s: &ProcessSeries| s.points.iter().map(|p| p.1).max().unwrap_or(0);
+    processes.sort_by(|a, b| peak(b).cmp(&peak(a)).then(a.pid.cmp(&b.pid)));
+    Ok(Curve { since_ms, until_ms: ts_ms, bucket_ms, gpu: gpu_points, processes })
+}
+
+/// Look-back settings of a postmortem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookback {
+    /// The attribution window (process samples the features and neighbours read).
+    pub window_ms: i64,
+    /// The memory curve's length.
+    pub curve_ms: i64,
+    /// At most this many neighbours.
+    pub top_n: u32,
+}
+
+impl Default for Lookback {
+    fn default() -> Self {
+        Lookback { window_ms: attribution::features::DEFAULT_WINDOW_MS, curve_ms: 10 * 60_000, top_n: 5 }
+    }
+}
+
+/// One event's postmortem.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Postmortem {
+    /// The selected event.
+    pub event: EventRef,
+    /// Its features, attribution and neighbours.
+    pub explained: ExplainedEvent,
+    /// Its GPU's memory curve (none for events without a GPU).
+    pub curve: Option<Curve>,
+}
+
+/// The postmortem of `ev`; `None` when the event vanished between selection and explanation.
+pub async fn build(
+    client: &clickhouse::Client,
+    db: &str,
+    ev: &EventRef,
+    lookback: Lookback,
+) -> Result<Option<Postmortem>, PostmortemError> {
+    let Some(explained) = attribution::explain_event(
+        client,
+        db,
+        &ev.cluster,
+        &ev.node,
+        ev.event_id,
+        ev.ts_ms,
+        lookback.window_ms,
+        lookback.top_n,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let curve = match ev.gpu_index {
+        Some(gpu) => {
+            Some(fetch_curve(client, db, &ev.cluster, &ev.node, gpu, ev.ts_ms, lookback.curve_ms).await?)
+        }
+        None => None,
+    };
+    Ok(Some(Postmortem { event: ev.clone(), explained, curve }))
+}
+
+/// One neighbour in the JSON document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NeighbourJson {
+    /// PID.
+    pub pid: u32,
+    /// Workload.
+    pub workload: String,
+    /// Process name.
+    pub name: String,
+    /// Its GPU.
+    pub gpu_index: u32,
+    /// Memory at its last sample before the failure.
+    pub used_bytes: u64,
+    /// Peak in the window.
+    pub max_used_bytes: u64,
+    /// Growth in the window (last − first sample).
+    pub growth_bytes: i64,
+    /// Seen in the last 5 s before the failure.
+    pub present: bool,
+}
+
+/// The `--json` document of one event (one per line).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PostmortemJson {
+    /// Event id.
+    pub event_id: u64,
+    /// Failure time, epoch ms.
+    pub ts_ms: i64,
+    /// Failure time, RFC 3339.
+    pub time: String,
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// GPU.
+    pub gpu_index: Option<u32>,
+    /// PID.
+    pub pid: Option<u32>,
+    /// Workload.
+    pub workload: String,
+    /// Pod label.
+    pub pod: String,
+    /// Kind.
+    pub kind: String,
+    /// Effective phase.
+    pub phase: String,
+    /// `reported`, `inferred`, `unknown`.
+    pub phase_source: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Rule.
+    pub rule: String,
+    /// Confidence in `[0, 1]`.
+    pub confidence: f64,
+    /// Evidence lines.
+    pub evidence: Vec<String>,
+    /// Missing data.
+    pub missing: Vec<String>,
+    /// Remedy.
+    pub remedy: String,
+    /// Capacity.
+    pub capacity_bytes: Option<u64>,
+    /// Requested bytes.
+    pub requested_bytes: Option<u64>,
+    /// Static estimate from the job shape.
+    pub static_estimate_bytes: Option<u64>,
+    /// What the process alone needed.
+    pub need_alone_bytes: Option<u64>,
+    /// Other processes' memory at the failure.
+    pub others_bytes: Option<u64>,
+    /// Ranked neighbours.
+    pub neighbours: Vec<NeighbourJson>,
+    /// The memory curve.
+    pub curve: Option<Curve>,
+}
+
+impl Postmortem {
+    /// The `--json` document.
+    pub fn to_json(&self) -> PostmortemJson {
+        let f = &self.explained.event.features;
+        let a = &self.explained.event.attribution;
+        PostmortemJson {
+            event_id: f.event_id,
+            ts_ms: f.ts_ms,
+            time: format_ms(f.ts_ms),
+            cluster: f.cluster.clone(),
+            node: f.node.clone(),
+            gpu_index: f.gpu_index,
+            pid: f.pid,
+            workload: f.workload.clone(),
+            pod: self.event.pod.clone(),
+            kind: f.kind.clone(),
+            phase: f.phase_effective.clone(),
+            phase_source: f.phase_source.clone(),
+            scenario: a.scenario.as_str().to_owned(),
+            rule: a.rule.id().to_owned(),
+            confidence: a.confidence(),
+            evidence: a.evidence.clone(),
+            missing: a.missing.iter().map(|m| (*m).to_owned()).collect(),
+            remedy: a.remedy.to_owned(),
+            capacity_bytes: f.capacity_bytes,
+            requested_bytes: f.requested_bytes,
+            static_estimate_bytes: f.static_estimate_bytes,
+            need_alone_bytes: f.need_alone_bytes,
+            others_bytes: f.others_bytes,
+            neighbours: self
+                .explained
+                .neighbours
+                .iter()
+                .map(|n| NeighbourJson {
+                    pid: n.neighbour_pid,
+                    workload: n.neighbour_workload.clone(),
+                    name: n.neighbour_name.clone(),
+                    gpu_index: n.neighbour_gpu,
+                    used_bytes: n.last_used_bytes,
+                    max_used_bytes: n.max_used_bytes,
+                    growth_bytes: n.growth_bytes,
+                    present: n.present != 0,
+                })
+                .collect(),
+            curve: self.curve.clone(),
+        }
+    }
+
+    /// The capacity of the GPU: from the event, else the GPU samples.
+    pub fn capacity(&self) -> Option<u64> {
+        self.explained.event.features.capacity_bytes.or_else(|| {
+            self.curve.as_ref().and_then(|c| c.gpu.iter().map(|p| p.total_bytes).max()).filter(|t| *t > 0)
+        })
+    }
+
+    /// The text report.
+    pub fn write_text(&self, out: &mut dyn Write, width: usize) -> std::io::Result<()> {
+        let f = &self.explained.event.features;
+        let a = &self.explained.event.attribution;
+        let gpu = f.gpu_index.map_or_else(|| "-".to_owned(), |g| g.to_string());
+        let pid = f.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        writeln!(
+            out,
+            "OOM {} at {} — {}/{} GPU {gpu} pid {pid} {}{}",
+            f.event_id,
+            format_ms(f.ts_ms),
+            f.cluster,
+            f.node,
+            if f.workload.is_empty() { "(no workload)" } else { &f.workload },
+            if self.event.pod.is_empty() { String::new() } else { format!(" pod {}", self.event.pod) },
+        )?;
+        writeln!(
+            out,
+            "  verdict: {} ({} %, rule {}), kind {}, source {}{}",
+            a.scenario,
+            a.confidence_pct,
+            a.rule.id(),
+            f.kind,
+            f.source,
+            if f.framework.is_empty() { String::new() } else { format!(", {}", f.framework) }
+        )?;
+        let phase = if f.phase_effective.is_empty() { "unknown" } else { &f.phase_effective };
+        writeln!(out, "  1 when:     phase {phase} ({})", f.phase_source)?;
+        writeln!(
+            out,
+            "  2 static:   estimate {} (params {}, {} {}), capacity {}, need alone {} ({})",
+            human_bytes(f.static_estimate_bytes),
+            f.params.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            if f.precision.is_empty() { "-" } else { &f.precision },
+            if f.optimizer.is_empty() { "-" } else { &f.optimizer },
+            human_bytes(self.capacity()),
+            human_bytes(f.need_alone_bytes),
+            if f.need_alone_from.is_empty() { "unknown" } else { &f.need_alone_from },
+        )?;
+        writeln!(
+            out,
+            "  3 dynamic:  requested {}, swing {} (floor {}, peak {}), attention matrix {}, batch {}, seq {}",
+            human_bytes(f.requested_bytes),
+            human_bytes(f.own_swing_bytes),
+            human_bytes(Some(f.own_min_used)),
+            human_bytes(Some(f.own_max_used)),
+            human_bytes(f.attention_bytes),
+            f.batch_size.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+            f.seq_len.map_or_else(|| "-".to_owned(), |v| v.to_string()),
+        )?;
+        writeln!(
+            out,
+            "  4 others:   {} held by other processes, their growth {}, cached free (reserved − allocated) {}",
+            human_bytes(f.others_bytes),
+            signed_bytes(f.others_growth_bytes),
+            human_bytes(f.cached_free_bytes),
+        )?;
+        writeln!(out, "  evidence:")?;
+        for line in &a.evidence {
+            writeln!(out, "    - {line}")?;
+        }
+        if !a.missing.is_empty() {
+            writeln!(out, "  missing:  {}", a.missing.join(", "))?;
+        }
+        if let Some(curve) = &self.curve {
+            self.write_curve(curve, out, width)?;
+        }
+        if !self.explained.neighbours.is_empty() {
+            writeln!(out, "  neighbours (ranked by what they took in the window):")?;
+            for (i, n) in self.explained.neighbours.iter().enumerate() {
+                writeln!(
+                    out,
+                    "    {}. pid {:<8} {:<24} GPU {} used {:>11} peak {:>11} growth {:>12}{}",
+                    i + 1,
+                    n.neighbour_pid,
+                    truncate(&n.neighbour_workload, 24),
+                    n.neighbour_gpu,
+                    human_bytes(Some(n.last_used_bytes)),
+                    human_bytes(Some(n.max_used_bytes)),
+                    signed_bytes(n.growth_bytes),
+                    if n.present == 0 { " (gone)" } else { "" }
+                )?;
+            }
+        }
+        writeln!(out, "  5 remedy:   {}", a.remedy)?;
+        Ok(())
+    }
+
+    fn write_curve(&self, curve: &Curve, out: &mut dyn Write, width: usize) -> std::io::Result<()> {
+        let cap = self.capacity().unwrap_or(0);
+        let top = cap
+            .max(curve.gpu.iter().map(|p| p.used_bytes).max().unwrap_or(0))
+            .max(curve.processes.iter().flat_map(|s| s.points.iter().map(|p| p.1)).max().unwrap_or(0));
+        if top == 0 {
+            writeln!(
+                out,
+                "  curve: no samples in the {} s before the failure",
+                (curve.until_ms - curve.since_ms) / 1000
+            )?;
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "  memory in the {} s before the failure (scale 0 – {}, capacity {}; one column = {} s):",
+            (curve.until_ms - curve.since_ms) / 1000,
+            human_bytes(Some(top)),
+            human_bytes(if cap > 0 { Some(cap) } else { None }),
+            curve.bucket_ms.saturating_mul(buckets_per_column(curve, width)) / 1000,
+        )?;
+        if !curve.gpu.is_empty() {
+            let pts: Vec<(i64, u64)> = curve.gpu.iter().map(|p| (p.bucket_ms, p.used_bytes)).collect();
+            writeln!(
+                out,
+                "    {:<28} {} {}",
+                "GPU total",
+                sparkline(curve, &pts, top, width),
+                last_bytes(&pts)
+            )?;
+        }
+        for s in &curve.processes {
+            let label = format!("pid {} {}", s.pid, s.workload);
+            writeln!(
+                out,
+                "    {:<28} {} {}",
+                truncate(&label, 28),
+                sparkline(curve, &s.points, top, width),
+                last_bytes(&s.points)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn last_bytes(pts: &[(i64, u64)]) -> String {
+    human_bytes(pts.last().map(|p| p.1))
+}
+
+fn buckets_per_column(curve: &Curve, width: usize) -> i64 {
+    let buckets = ((curve.until_ms - curve.since_ms) / curve.bucket_ms.max(1)).max(1) + 1;
+    let width = i64::try_from(width.max(1)).unwrap_or(i64::MAX);
+    (buckets + width - 1) / width
+}
+
+/// A sparkline of `pts` over the curve's span, `width` columns, each the peak of its buckets;
+/// ` ` where there is no sample, `▁`…`█` scaled to `top`.
+pub fn sparkline(curve: &Curve, pts: &[(i64, u64)], top: u64, width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let per = buckets_per_column(curve, width);
+    let first_bucket = curve.since_ms - curve.since_ms.rem_euclid(curve.bucket_ms.max(1));
+    let buckets = ((curve.until_ms - first_bucket) / curve.bucket_ms.max(1)) + 1;
+    let cols = usize::try_from((buckets + per - 1) / per).unwrap_or(0).min(width.max(1));
+    let mut peak: Vec<Option<u64>> = vec![None; cols];
+    for &(ts, v) in pts {
+        let idx = (ts - first_bucket) / curve.bucket_ms.max(1) / per;
+        if let Ok(i) = usize::try_from(idx)
+            && i < cols
+        {
+            peak[i] = Some(peak[i].map_or(v, |p: u64| p.max(v)));
+        }
+    }
+    peak.iter()
+        .map(|p| match p {
+            None => ' ',
+            Some(v) => {
+                let level = (u128::from(*v) * 8 / u128::from(top.max(1))).min(7);
+                BARS[usize::try_from(level).unwrap_or(7)]
+            }
+        })
+        .collect()
+}
+
+fn signed_bytes(v: i64) -> String {
+    let sign = if v < 0 { "-" } else { "+" };
+    format!("{sign}{}", human_bytes(Some(v.unsigned_abs())))
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
+}
+
+/// Escapes text for HTML.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Colours of the stacked series.
+pub const PALETTE: [&str; 8] =
+    ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"];
+
+/// The stacked-area SVG of a curve: memory per process stacked over time, the GPU total (dashed),
+/// the capacity line (red) and the OOM marked at the right edge.
+pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
+    let (w, h, left, bottom) = (760.0_f64, 260.0_f64, 70.0_f64, 24.0_f64);
+    let span = (curve.until_ms - curve.since_ms).max(1) as f64;
+    let mut times: Vec<i64> = curve
+        .processes
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(curve.gpu.iter().map(|p| p.bucket_ms))
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let stack_top = times
+        .iter()
+        .map(|t| {
+            curve
+                .processes
+                .iter()
+                .map(|s| s.points.iter().find(|p| p.0 == *t).map_or(0, |p| p.1))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    let top = stack_top
+        .max(capacity.unwrap_or(0))
+        .max(curve.gpu.iter().map(|p| p.used_bytes).max().unwrap_or(0))
+        .max(1) as f64
+        * 1.05;
+    let x = |t: i64| left + ((t.max(curve.since_ms) - curve.since_ms) as f64 / span) * (w - left - 10.0);
+    let y = |v: f64| (h - bottom) - v / top * (h - bottom - 10.0);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">"#
+    );
+    let _ = write!(
+        svg,
+        r##"<rect x="{left}" y="10" width="{}" height="{}" fill="#fafafa" stroke="#ccc"/>"##,
+        w - left - 10.0,
+        h - bottom - 10.0
+    );
+    let mut base: Vec<f64> = vec![0.0; times.len()];
+    for (i, s) in curve.processes.iter().enumerate() {
+        let vals: Vec<f64> =
+            times.iter().map(|t| s.points.iter().find(|p| p.0 == *t).map_or(0.0, |p| p.1 as f64)).collect();
+        let mut upper = String::new();
+        let mut lower = String::new();
+        for (j, t) in times.iter().enumerate() {
+            let _ = write!(upper, "{:.1},{:.1} ", x(*t), y(base[j] + vals[j]));
+        }
+        for (j, t) in times.iter().enumerate().rev() {
+            let _ = write!(lower, "{:.1},{:.1} ", x(*t), y(base[j]));
+        }
+        let _ = write!(
+            svg,
+            r#"<polygon points="{upper}{lower}" fill="{}" fill-opacity="0.75"><title>pid {} {}</title></polygon>"#,
+            PALETTE[i % PALETTE.len()],
+            s.pid,
+            html_escape(&s.workload)
+        );
+        for (b, v) in base.iter_mut().zip(&vals) {
+            *b += v;
+        }
+    }
+    if !curve.gpu.is_empty() {
+        let pts: String = curve
+            .gpu
+            .iter()
+            .map(|p| format!("{:.1},{:.1} ", x(p.bucket_ms), y(p.used_bytes as f64)))
+            .collect();
+        let _ = write!(
+            svg,
+            r##"<polyline points="{pts}" fill="none" stroke="#333" stroke-dasharray="4 3"><title>GPU used</title></polyline>"##
+        );
+    }
+    if let Some(cap) = capacity {
+        let cy = y(cap as f64);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{cy:.1}" x2="{}" y2="{cy:.1}" stroke="#d62728" stroke-width="2"/><text x="{}" y="{:.1}" font-size="11" fill="#d62728" text-anchor="end">capacity {}</text>"##,
+            w - 10.0,
+            w - 14.0,
+            cy - 4.0,
+            html_escape(&human_bytes(Some(cap)))
+        );
+    }
+    let ox = x(curve.until_ms);
+    let _ = write!(
+        svg,
+        r##"<line x1="{ox:.1}" y1="10" x2="{ox:.1}" y2="{}" stroke="#d62728" stroke-width="2" stroke-dasharray="2 2"/><text x="{:.1}" y="22" font-size="12" fill="#d62728" text-anchor="end">OOM</text>"##,
+        h - bottom,
+        ox - 4.0
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">0</text>"##,
+        left - 4.0,
+        y(top / 1.05) + 4.0,
+        html_escape(&human_bytes(Some((top / 1.05) as u64))),
+        left - 4.0,
+        h - bottom
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="{left}" y="{}" font-size="11">-{} s</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"##,
+        h - 6.0,
+        (curve.until_ms - curve.since_ms) / 1000,
+        w - 10.0,
+        h - 6.0,
+        html_escape(&format_ms(curve.until_ms))
+    );
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The start of a self-contained HTML page (no scripts, no external assets).
+pub fn html_head(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>\
+         body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ddd;padding:3px 8px;text-align:left}}th{{background:#f3f3f3}}\
+         .num{{text-align:right}}section{{margin-bottom:3em}}code{{background:#f3f3f3;padding:1px 4px}}\
+         </style></head><body>\n<h1>{}</h1>\n",
+        html_escape(title),
+        html_escape(title)
+    )
+}
+
+/// Writes the postmortems as one self-contained HTML page.
+pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()> {
+    let mut page = html_head("oomlens postmortem");
+    for pm in pms {
+        let j = pm.to_json();
+        let _ = write!(
+            page,
+            "<section id=\"event-{}\"><h2>OOM {} — {}/{} GPU {} at {}</h2>\n<p><b>{}</b> ({:.0} %, rule <code>{}</code>) — workload <code>{}</code>, pid {}, kind {}, phase {} ({})</p>\n",
+            j.event_id,
+            j.event_id,
+            html_escape(&j.cluster),
+            html_escape(&j.node),
+            j.gpu_index.map_or_else(|| "-".to_owned(), |g| g.to_string()),
+            html_escape(&j.time),
+            html_escape(&j.scenario),
+            j.confidence * 100.0,
+            html_escape(&j.rule),
+            html_escape(&j.workload),
+            j.pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            html_escape(&j.kind),
+            html_escape(if j.phase.is_empty() { "unknown" } else { &j.phase }),
+            html_escape(&j.phase_source),
+        );
+        if let Some(curve) = &pm.curve {
+            page.push_str(&curve_svg(curve, pm.capacity()));
+            page.push_str("\n<p>");
+            for (i, s) in curve.processes.iter().enumerate() {
+                let _ = write!(
+                    page,
+                    "<span style=\"color:{}\">■</span> pid {} {} &nbsp; ",
+                    PALETTE[i % PALETTE.len()],
+                    s.pid,
+                    html_escape(&s.workload)
+                );
+            }
+            page.push_str("<span>- - GPU used</span></p>\n");
+        }
+        page.push_str("<h3>Evidence</h3><ul>");
+        for e in &j.evidence {
+            let _ = write!(page, "<li>{}</li>", html_escape(e));
+        }
+        page.push_str("</ul>\n");
+        if !j.missing.is_empty() {
+            let _ = writeln!(page, "<p>Missing: {}</p>", html_escape(&j.missing.join(", ")));
+        }
+        if !j.neighbours.is_empty() {
+            page.push_str(
+                "<h3>Neighbours</h3><table><tr><th>pid</th><th>workload</th><th>GPU</th><th>used</th><th>peak</th><th>growth</th></tr>",
+            );
+            for n in &j.neighbours {
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                    n.pid,
+                    html_escape(&n.workload),
+                    n.gpu_index,
+                    html_escape(&human_bytes(Some(n.used_bytes))),
+                    html_escape(&human_bytes(Some(n.max_used_bytes))),
+                    html_escape(&signed_bytes(n.growth_bytes))
+                );
+            }
+            page.push_str("</table>\n");
+        }
+        let _ = writeln!(page, "<h3>Remedy</h3><p>{}</p></section>", html_escape(&j.remedy));
+    }
+    if pms.is_empty() {
+        page.push_str("<p>No OOM event matched.</p>\n");
+    }
+    page.push_str("</body></html>\n");
+    out.write_all(page.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve() -> Curve {
+        Curve {
+            since_ms: 0,
+            until_ms: 60_000,
+            bucket_ms: 1_000,
+            gpu: vec![GpuPoint { bucket_ms: 0, used_bytes: 10, total_bytes: 100 }],
+            processes: vec![ProcessSeries {
+                pid: 7,
+                workload: "a<b>".into(),
+                name: "python".into(),
+                points: vec![(0, 0), (30_000, 50), (60_000, 100)],
+            }],
+        }
+    }
+
+    #[test]
+    fn buckets_bound_the_points() {
+        assert_eq!(bucket_for(60_000), 1000);
+        assert_eq!(bucket_for(7 * 86_400_000), 7 * 86_400_000 / CURVE_POINTS);
+        assert!(7 * 86_400_000 / bucket_for(7 * 86_400_000) <= CURVE_POINTS);
+        assert_eq!(bucket_for(0), 1000);
+    }
+
+    #[test]
+    fn sparkline_scales_and_leaves_gaps() {
+        let c = curve();
+        let s = sparkline(&c, &c.processes[0].points, 100, 61);
+        let chars: Vec<char> = s.chars().collect();
+        assert_eq!(chars.len(), 61);
+        assert_eq!(chars[0], '▁');
+        assert_eq!(chars[30], '▅');
+        assert_eq!(chars[60], '█');
+        assert_eq!(chars[10], ' ');
+        // Narrower: columns take the peak of their buckets.
+        let s = sparkline(&c, &c.processes[0].points, 100, 20);
+        assert!(s.chars().count() <= 20 && s.ends_with('█'), "{s:?}");
+    }
+
+    #[test]
+    fn svg_is_self_contained_and_escaped() {
+        let svg = curve_svg(&curve(), Some(100));
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+        assert!(svg.contains("a&lt;b&gt;") && !svg.contains("a<b>"));
+        assert!(svg.contains(">OOM<") && svg.contains("capacity 100 B"));
+        assert!(!svg.contains("http://") || svg.matches("http://").count() == 1, "only the SVG namespace");
+    }
+
+    #[test]
+    fn selection_args_follow_the_header() {
+        let q = queries::get("postmortem_events").expect("postmortem_events");
+        let sel = Selection {
+            since_ms: 1,
+            until_ms: 2,
+            event_id: None,
+            cluster: None,
+            node: Some("n".into()),
+            gpu_index: Some(3),
+            workload: None,
+            pod: Some("p".into()),
+            max_events: 10,
+        };
+        assert!(q.check_args(&sel.args()).is_ok());
+        let names: Vec<&str> = q.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "since_ms",
+                "until_ms",
+                "event_id",
+                "cluster",
+                "node",
+                "gpu_index",
+                "workload",
+                "pod",
+                "max_events"
+            ]
+        );
+        assert_eq!(sel.args()[5], ParamValue::Int(3));
+        assert_eq!(sel.args()[2], ParamValue::UInt(0));
+    }
+}

@@ -1,0 +1,189 @@
+//! Time arguments of the report commands (`--since`, `--until`, `--window`): one parser for
+//! durations (`90s`, `15m`, `2h`, `7d`, `1w`, `500ms`, combined like `1h30m`), RFC 3339 instants
+//! (`2026-11-29T12:00:00Z`, `2026-11-29T12:00:00.250+01:00`) and Unix epoch milliseconds
+//! (`1764460800000`).
+//!
+//! As a point in time a duration means "that long before now" (`--since 7d`); `now` is now.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A time argument that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad time {0:?}: expected a duration (500ms, 90s, 15m, 2h, 7d, 1w, 1h30m), an RFC 3339 time \
+     (2026-11-29T12:00:00Z) or Unix epoch milliseconds"
+)]
+pub struct TimeArgError(pub String);
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Parses a duration such as `7d`, `2h`, `1h30m`, `250ms` into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<i64, TimeArgError> {
+    let bad = || TimeArgError(text.to_owned());
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total: i64 = 0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: i64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let scale: i64 = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 7 * 86_400_000,
+            _ => return Err(bad()),
+        };
+        total = n.checked_mul(scale).and_then(|v| total.checked_add(v)).ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// Parses a point in time relative to `now_ms`: `now`, a duration (that long before now), an
+/// RFC 3339 time, or epoch milliseconds (a bare integer; `0` is the beginning).
+pub fn parse_instant_ms(text: &str, now_ms: i64) -> Result<i64, TimeArgError> {
+    let s = text.trim();
+    if s.eq_ignore_ascii_case("now") {
+        return Ok(now_ms);
+    }
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse::<i64>().map_err(|_| TimeArgError(text.to_owned()));
+    }
+    if s.contains('-') && s.contains(':') {
+        return parse_rfc3339_ms(s).ok_or_else(|| TimeArgError(text.to_owned()));
+    }
+    Ok(now_ms.saturating_sub(parse_duration_ms(s)?))
+}
+
+fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let num = |t: &str| -> Option<u32> {
+        (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())).then(|| t.parse().ok()).flatten()
+    };
+    let (date, time) = s.split_once(['T', 't', ' '])?;
+    let mut d = date.split('-');
+    let (year, month, day) = (num(d.next()?)?, num(d.next()?)?, num(d.next()?)?);
+    if d.next().is_some() || date.len() != 10 {
+        return None;
+    }
+    let (clock, offset_s) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
+        (c, 0i64)
+    } else {
+        let idx = time.rfind(['+', '-'])?;
+        let (c, off) = time.split_at(idx);
+        let sign = if off.starts_with('-') { -1 } else { 1 };
+        let (oh, om) = off[1..].split_once(':')?;
+        let (oh, om) = (num(oh)?, num(om)?);
+        if oh > 23 || om > 59 {
+            return None;
+        }
+        (c, sign * (i64::from(oh) * 3600 + i64::from(om) * 60))
+    };
+    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
+    let mut t = hms.split(':');
+    let (h, m, sec) = (num(t.next()?)?, num(t.next()?)?, num(t.next()?)?);
+    if t.next().is_some() {
+        return None;
+    }
+    let millis = if frac.is_empty() {
+        0
+    } else {
+        let digits: String = frac.chars().chain("000".chars()).take(3).collect();
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        num(&digits)?
+    };
+    let month = time::Month::try_from(u8::try_from(month).ok()?).ok()?;
+    let date =
+        time::Date::from_calendar_date(i32::try_from(year).ok()?, month, u8::try_from(day).ok()?).ok()?;
+    let clock = time::Time::from_hms_milli(
+        u8::try_from(h).ok()?,
+        u8::try_from(m).ok()?,
+        u8::try_from(sec).ok()?,
+        u16::try_from(millis).ok()?,
+    )
+    .ok()?;
+    let utc = time::PrimitiveDateTime::new(date, clock).assume_utc();
+    let ms = i64::try_from(utc.unix_timestamp_nanos() / 1_000_000).ok()?;
+    Some(ms - offset_s * 1000)
+}
+
+/// An epoch-ms instant as RFC 3339 UTC with milliseconds (`2026-11-29T12:00:00.000Z`).
+pub fn format_ms(ms: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond()
+        ),
+        Err(_) => format!("{ms} ms"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("90s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("15m"), Ok(900_000));
+        assert_eq!(parse_duration_ms("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration_ms("7d"), Ok(604_800_000));
+        assert_eq!(parse_duration_ms("1w"), Ok(604_800_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        for bad in ["", "7", "d", "7x", "-1h", "1.5h", "99999999999999999999d", "1h 2m"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn instants() {
+        let now = 1_764_460_800_000; // 2025-11-30T00:00:00Z
+        assert_eq!(parse_instant_ms("now", now), Ok(now));
+        assert_eq!(parse_instant_ms("7d", now), Ok(now - 604_800_000));
+        assert_eq!(parse_instant_ms("2h", now), Ok(now - 7_200_000));
+        assert_eq!(parse_instant_ms("1764460800123", now), Ok(1_764_460_800_123));
+        assert_eq!(parse_instant_ms("0", now), Ok(0));
+        assert_eq!(parse_instant_ms("2025-11-30T00:00:00Z", now), Ok(now));
+        assert_eq!(parse_instant_ms("2025-11-30T00:00:00.25Z", now), Ok(now + 250));
+        assert_eq!(parse_instant_ms("2025-11-30T01:00:00+01:00", now), Ok(now));
+        assert_eq!(parse_instant_ms("2025-11-29T23:30:00-00:30", now), Ok(now));
+        assert_eq!(parse_instant_ms("2025-11-30 00:00:01z", now), Ok(now + 1000));
+        for bad in [
+            "2025-13-01T00:00:00Z",
+            "2025-11-31T00:00:00Z",
+            "2025-11-30T25:00:00Z",
+            "2025-11-30T00:00:00",
+            "2025-11-30T00:00:00+1",
+            "2025-11-30T00:00:00.x1Z",
+            "yesterday",
+        ] {
+            assert!(parse_instant_ms(bad, now).is_err(), "{bad:?}");
+        }
+        assert_eq!(format_ms(now + 5), "2025-11-30T00:00:00.005Z");
+        assert_eq!(parse_instant_ms(&format_ms(now + 1234), now), Ok(now + 1234));
+    }
+}
