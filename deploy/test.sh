@@ -137,6 +137,15 @@ systemd_check() {
 systemd_check || failures+=("systemd units")
 done_section "systemd"
 
+section "Prometheus alert rules (promtool, when installed)"
+if command -v promtool >/dev/null 2>&1; then
+  promtool check rules "$root/deploy/prometheus/alerts.yaml" || failures+=("alert rules")
+  (cd "$root/deploy/prometheus" && promtool test rules alerts.test.yaml) || failures+=("alert rule tests")
+else
+  echo "promtool not installed (Debian: apt-get install prometheus): rules not checked here; the Rust tests check the metric names they use"
+fi
+done_section "alert rules"
+
 section "SQL portability check: ClickHouse 18.16 vs chdb-core"
 work=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-test.XXXXXX")
 cleanup() {
