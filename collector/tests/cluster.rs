@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
+use oomlens_collector::clickhouse::client::DISTRIBUTED_PRODUCT_SETTING;
 use oomlens_collector::clickhouse::{Ch, ChConfig, ChError};
 use oomlens_collector::devch::DevClickHouse;
 use oomlens_collector::queries::{self, ParamValue};
@@ -117,7 +118,8 @@ async fn two_shards_hold_every_row_and_answer_like_one_server() {
     let total_events: u64 = sent.iter().step_by(2).map(|t| t.events).sum();
     assert!(total_events > 0, "the simulator produced OOMs");
 
-    let dist = client(&shards[0].url());
+    // As the collector's own client in cluster mode: correlation subqueries read each shard's rows.
+    let dist = client(&shards[0].url()).with_setting(DISTRIBUTED_PRODUCT_SETTING, "local");
     let one = client(&single.url());
     let direct: Vec<clickhouse::Client> = shards.iter().map(|s| client(&s.url())).collect();
 

@@ -8,7 +8,10 @@
 //! In cluster mode (`clickhouse.cluster`) every request carries `insert_distributed_sync = 1`, so an
 //! insert into a `Distributed` table returns only once every shard has stored its rows (the
 //! collector acknowledges a batch only after that), and [`Ch::connect`] resolves the cluster's
-//! replicas ([`super::cluster`]) for migrations, the schema check and retention.
+//! replicas ([`super::cluster`]) for migrations, the schema check and retention. Every request
+//! carries `distributed_product_mode = 'local'` (harmless on one server), so the correlation SQL's
+//! subqueries over `Distributed` tables read each shard's own rows — exact, as rows are sharded by
+//! node.
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,6 +25,13 @@ use super::config::ChConfig;
 /// every shard stored its block (ClickHouse 1.1+, 18.16 included; on 23.x+ an alias of
 /// `distributed_foreground_insert`).
 pub const DISTRIBUTED_SYNC_SETTING: &str = "insert_distributed_sync";
+
+/// The setting that lets a query over `Distributed` tables use `IN`/`JOIN` subqueries over other
+/// `Distributed` tables (the correlation SQL does): `local` rewrites the inner tables to each
+/// shard's `_local` tables. That is exact for oomlens because the sharding key is
+/// `cityHash64(cluster, node)` and every built-in correlation stays within one node, so a shard's
+/// events and samples are all a subquery needs (the server default `deny` refuses these queries).
+pub const DISTRIBUTED_PRODUCT_SETTING: &str = "distributed_product_mode";
 
 /// Errors talking to ClickHouse.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +139,10 @@ impl Ch {
             .with_user(cfg.user.clone())
             .with_password(cfg.password.clone())
             .with_compression(clickhouse::Compression::Lz4)
-            .with_validation(false);
+            .with_validation(false)
+            // Always: a query tool pointed at one server of a cluster needs it as much as the
+            // collector, and a single server ignores it.
+            .with_setting(DISTRIBUTED_PRODUCT_SETTING, "local");
         if cfg.is_cluster() {
             client = client.with_setting(DISTRIBUTED_SYNC_SETTING, "1");
         }
