@@ -375,6 +375,19 @@ mod tests {
             missing.is_empty(),
             "keys without a row `| `key` | default | …` in docs/configuration.md: {missing:?}"
         );
+        let defaults = toml::Value::try_from(AgentConfig::default()).unwrap();
+        let docs_agent = &docs[..docs.find("## Collector").unwrap()];
+        let wrong: Vec<_> = keys
+            .iter()
+            .filter_map(|k| {
+                let value = k.split('.').try_fold(&defaults, |v, part| v.get(part))?;
+                let row = docs_agent.lines().find(|l| l.starts_with(&format!("| `{k}` |")))?;
+                let cell = row.split('|').nth(2)?;
+                (!oomlens_schema::config::documented_default_matches(cell, value))
+                    .then(|| format!("{k}: docs {cell:?}, code {value}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "defaults in docs/configuration.md differ from the code: {wrong:?}");
         // Options without a default value are not in the rendered defaults; they are documented too.
         for k in ["agent.node", "agent.agent_id", "spool.dir", "telemetry.listen", "simulator.log_dir"] {
             assert!(docs.contains(&format!("| `{k}` |")), "{k}");

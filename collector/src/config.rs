@@ -254,6 +254,19 @@ mod tests {
             missing.is_empty(),
             "keys without a row `| `key` | default | …` in docs/configuration.md: {missing:?}"
         );
+        // The collector's rows come after the agent's (telemetry.listen is in both tables).
+        let docs_collector = &docs[docs.find("## Collector").unwrap()..];
+        let wrong: Vec<_> = keys
+            .iter()
+            .filter_map(|k| {
+                let v = k.split('.').try_fold(&value, |v, part| v.get(part))?;
+                let row = docs_collector.lines().find(|l| l.starts_with(&format!("| `{k}` |")))?;
+                let cell = row.split('|').nth(2)?;
+                (!oomlens_schema::config::documented_default_matches(cell, v))
+                    .then(|| format!("{k}: docs {cell:?}, code {v}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "defaults in docs/configuration.md differ from the code: {wrong:?}");
         assert!(docs.contains("| `telemetry.listen` |"));
     }
 

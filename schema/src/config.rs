@@ -210,6 +210,40 @@ fn typed_value(raw: &str, hint: Option<&toml::Value>) -> Result<toml::Value, Str
     }
 }
 
+/// Whether the "default" cell of a documentation table row (docs/configuration.md) states `value`:
+/// a number as digits (`1000`, `0o660`, `1.0`) or with a binary unit (`256 MiB`, `2 GiB`), a
+/// boolean as `true`/`false`. Strings, lists and tables are described in words there (`host name`,
+/// `none`), so they always match. Used by the binaries' tests that keep the page in step.
+pub fn documented_default_matches(cell: &str, value: &toml::Value) -> bool {
+    let cell = cell.replace('`', " ");
+    let tokens: Vec<&str> = cell
+        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ',' | ';' | ':' | '[' | ']'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let mut numbers = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let n = match t.strip_prefix("0o") {
+            Some(oct) => i64::from_str_radix(oct, 8).ok().map(|v| v as f64),
+            None => t.replace('_', "").parse::<f64>().ok(),
+        };
+        let Some(n) = n else { continue };
+        let unit = match tokens.get(i + 1).copied() {
+            Some("KiB") => 1024.0,
+            Some("MiB") => 1024.0 * 1024.0,
+            Some("GiB") => 1024.0 * 1024.0 * 1024.0,
+            _ => 1.0,
+        };
+        numbers.push(n * unit);
+        numbers.push(n);
+    }
+    match value {
+        toml::Value::Integer(v) => numbers.iter().any(|n| *n == *v as f64),
+        toml::Value::Float(v) => numbers.iter().any(|n| (n - v).abs() < 1e-9),
+        toml::Value::Boolean(b) => tokens.contains(&if *b { "true" } else { "false" }),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +292,22 @@ mod tests {
         assert_eq!(cfg.sec.list, ["x", "y,z"]);
         let cfg: Cfg = parse_layered(Some((file, Path::new("c.toml"))), &[]).unwrap();
         assert_eq!((cfg.sec.name.as_str(), cfg.sec.count), ("file", 1));
+    }
+
+    #[test]
+    fn documented_defaults() {
+        use toml::Value as V;
+        assert!(documented_default_matches("1000", &V::Integer(1000)));
+        assert!(documented_default_matches("256 MiB", &V::Integer(256 << 20)));
+        assert!(documented_default_matches("2147483648 (2 GiB)", &V::Integer(2 << 30)));
+        assert!(documented_default_matches("`0o660`", &V::Integer(0o660)));
+        assert!(documented_default_matches("90", &V::Float(90.0)));
+        assert!(documented_default_matches("`true`", &V::Boolean(true)));
+        assert!(documented_default_matches("0 (now)", &V::Integer(0)));
+        assert!(!documented_default_matches("1000", &V::Integer(2000)));
+        assert!(!documented_default_matches("1 GiB", &V::Integer(1 << 20)));
+        assert!(!documented_default_matches("`false`", &V::Boolean(true)));
+        assert!(documented_default_matches("host name", &V::String("vm".into())));
     }
 
     #[test]
