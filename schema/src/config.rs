@@ -237,7 +237,7 @@ pub fn documented_default_matches(cell: &str, value: &toml::Value) -> bool {
         numbers.push(n);
     }
     match value {
-        toml::Value::Integer(v) => numbers.iter().any(|n| *n == *v as f64),
+        toml::Value::Integer(v) => numbers.contains(&(*v as f64)),
         toml::Value::Float(v) => numbers.iter().any(|n| (n - v).abs() < 1e-9),
         toml::Value::Boolean(b) => tokens.contains(&if *b { "true" } else { "false" }),
         _ => true,
