@@ -17,6 +17,7 @@
 
 pub mod attribution;
 pub mod auth;
+pub mod capacity;
 pub mod certs;
 pub mod cli;
 pub mod clickhouse;

@@ -47,6 +47,9 @@ builtin![
     "postmortem_events",
     "oom_process_curve",
     "oom_gpu_curve",
+    "capacity_headroom",
+    "capacity_headroom_gpu_model",
+    "capacity_events",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -33,6 +33,9 @@ enum Command {
     /// contention/fragmentation → remedy) with the memory curve before each failure, the ranked
     /// neighbours and the remedy: one event by id, or those of a job, pod, node / GPU in a time range.
     Postmortem(Box<PostmortemArgs>),
+    /// Fleet reports (`oomlens report capacity`).
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         /// Shell to complete for.
@@ -44,6 +47,41 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReportCommand {
+    /// Headroom (p50/p95/p99/max of used/total, time at or above 90 %), OOM counts and rates per
+    /// attributed scenario, the workloads closest to the edge, the most frequent noisy neighbours
+    /// and the co-scheduling pairs that precede OOMs.
+    Capacity(Box<CapacityArgs>),
+}
+
+#[derive(Debug, Args)]
+struct CapacityArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// Window start: a duration before now (7d, 2h), an RFC 3339 time or epoch ms.
+    #[arg(long, default_value = "7d")]
+    since: String,
+    /// Window end: `now`, a duration before now, an RFC 3339 time or epoch ms.
+    #[arg(long, default_value = "now")]
+    until: String,
+    /// Group by cluster, gpu_model, node, namespace or workload.
+    #[arg(long, default_value = "cluster")]
+    by: String,
+    /// Attribution look-back before each failure.
+    #[arg(long, default_value = "60s")]
+    window: String,
+    /// Length of the ranked lists.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page (inline SVG charts) to this file.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Accuracy(a) => run_accuracy(a).await,
         Command::Postmortem(a) => run_postmortem(*a).await,
+        Command::Report(ReportCommand::Capacity(a)) => run_capacity(*a).await,
         Command::Completions { shell } => {
             write_completions(shell, Cli::command(), "oomlens", &mut std::io::stdout());
             Ok(())
@@ -205,6 +244,37 @@ async fn main() -> anyhow::Result<()> {
             oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
         }
     }
+}
+
+async fn run_capacity(a: CapacityArgs) -> anyhow::Result<()> {
+    use oomlens_collector::capacity::{self, GroupBy};
+    use oomlens_collector::clickhouse::Ch;
+    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
+
+    let now = now_ms();
+    let since_ms = parse_instant_ms(&a.since, now).context("--since")?;
+    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
+    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    let by: GroupBy = a.by.parse().context("--by")?;
+    let window_ms = parse_duration_ms(&a.window).context("--window")?;
+    let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
+    let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
+    let report = capacity::build(ch.client(), &cfg.database, by, since_ms, until_ms, window_ms, a.top)
+        .await
+        .context("cannot build the capacity report")?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut out, &report).context("cannot write JSON")?;
+        writeln!(out).context("cannot write")?;
+    } else {
+        report.write_text(&mut out).context("cannot write the report")?;
+    }
+    if let Some(path) = &a.html {
+        let mut page = Vec::new();
+        report.write_html(&mut page).context("cannot render HTML")?;
+        std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {

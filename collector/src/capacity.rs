@@ -1,0 +1,697 @@
+//! `oomlens report capacity`: fleet headroom and OOMs per group (cluster, GPU model, node,
+//! namespace or workload) over a time window.
+//!
+//! This module owns the report: headroom (p50/p95/p99/max of used/total and the share of samples
+//! at or above 90 %, `collector/sql/capacity_headroom*.sql`), OOM counts and rates per attributed
+//! scenario (the events of `capacity_events.sql` with [`crate::attribution::attribute_window`]),
+//! the workloads closest to the edge, the most frequent noisy neighbours and the co-scheduling
+//! pairs that precede OOMs ([`crate::attribution::features::fetch_neighbours`]), rendered as text,
+//! JSON and a self-contained HTML page with inline SVG charts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::{self, AttributionError, FeatureWindow};
+use crate::postmortem::{PALETTE, html_escape, html_head};
+use crate::queries::{self, ParamValue};
+use crate::timearg::format_ms;
+
+/// A capacity report failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    /// Attribution failed.
+    #[error(transparent)]
+    Attribution(#[from] AttributionError),
+    /// A query or its arguments are wrong.
+    #[error(transparent)]
+    Query(#[from] queries::QueryError),
+    /// ClickHouse failed.
+    #[error("ClickHouse: {0}")]
+    ClickHouse(#[from] clickhouse::error::Error),
+    /// A built-in query is missing.
+    #[error("built-in query {0:?} is missing")]
+    MissingQuery(&'static str),
+    /// Unknown grouping.
+    #[error("unknown grouping {0:?}: expected cluster, gpu_model, node, namespace or workload")]
+    BadGroup(String),
+}
+
+fn query(name: &'static str) -> Result<&'static queries::Query, CapacityError> {
+    queries::get(name).ok_or(CapacityError::MissingQuery(name))
+}
+
+/// What the report groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// Cluster.
+    Cluster,
+    /// GPU model (as the agents reported it).
+    GpuModel,
+    /// Node.
+    Node,
+    /// The `namespace` label.
+    Namespace,
+    /// Workload.
+    Workload,
+}
+
+impl GroupBy {
+    /// The name (`--by` value, SQL `by` argument).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Cluster => "cluster",
+            GroupBy::GpuModel => "gpu_model",
+            GroupBy::Node => "node",
+            GroupBy::Namespace => "namespace",
+            GroupBy::Workload => "workload",
+        }
+    }
+}
+
+impl std::str::FromStr for GroupBy {
+    type Err = CapacityError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "cluster" => GroupBy::Cluster,
+            "gpu_model" | "gpu-model" => GroupBy::GpuModel,
+            "node" => GroupBy::Node,
+            "namespace" => GroupBy::Namespace,
+            "workload" | "job" => GroupBy::Workload,
+            _ => return Err(CapacityError::BadGroup(s.to_owned())),
+        })
+    }
+}
+
+/// One row of `capacity_headroom` / `capacity_headroom_gpu_model`.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct HeadroomRow {
+    /// Group.
+    pub group_key: String,
+    /// Distinct GPUs.
+    pub gpus: u64,
+    /// GPU samples (deduplicated).
+    pub samples: u64,
+    /// p50, p95, p99 of used / total.
+    pub used_quantiles: Vec<f64>,
+    /// Max of used / total.
+    pub used_max: f64,
+    /// Samples at or above 90 %.
+    pub samples_above_90: u64,
+    /// First sample.
+    pub first_ts_ms: i64,
+    /// Last sample.
+    pub last_ts_ms: i64,
+}
+
+/// One row of `capacity_events`.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+pub struct CapacityEvent {
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// Event id.
+    pub event_id: u64,
+    /// Failure time.
+    pub ts_ms: i64,
+    /// GPU.
+    pub gpu_index: Option<u32>,
+    /// GPU model ('' when unknown).
+    pub gpu_model: String,
+    /// Namespace label.
+    pub namespace: String,
+    /// Workload.
+    pub workload: String,
+}
+
+impl CapacityEvent {
+    fn key(&self, by: GroupBy) -> &str {
+        match by {
+            GroupBy::Cluster => &self.cluster,
+            GroupBy::GpuModel => &self.gpu_model,
+            GroupBy::Node => &self.node,
+            GroupBy::Namespace => &self.namespace,
+            GroupBy::Workload => &self.workload,
+        }
+    }
+}
+
+/// One group of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    /// Group key ('' = none: no process / label / model).
+    pub key: String,
+    /// Distinct GPUs sampled.
+    pub gpus: u64,
+    /// GPU samples.
+    pub samples: u64,
+    /// p50 of used / total.
+    pub p50: f64,
+    /// p95.
+    pub p95: f64,
+    /// p99.
+    pub p99: f64,
+    /// Max.
+    pub max: f64,
+    /// Share of samples at or above 90 % (of the time).
+    pub above_90_share: f64,
+    /// OOM events.
+    pub ooms: u64,
+    /// OOM events per attributed scenario.
+    pub ooms_by_scenario: BTreeMap<String, u64>,
+    /// OOMs per GPU-day sampled (None without samples).
+    pub ooms_per_gpu_day: Option<f64>,
+}
+
+/// A workload near the edge.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EdgeWorkload {
+    /// Workload.
+    pub workload: String,
+    /// p99 of the used / total of the GPUs it led.
+    pub p99: f64,
+    /// Max.
+    pub max: f64,
+    /// Share at or above 90 %.
+    pub above_90_share: f64,
+    /// GPUs.
+    pub gpus: u64,
+}
+
+/// A frequent noisy neighbour.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoisyNeighbour {
+    /// Its workload.
+    pub workload: String,
+    /// OOMs of other processes where it was the top-ranked neighbour and had grown.
+    pub events: u64,
+    /// Its total growth in those windows.
+    pub growth_bytes: i64,
+}
+
+/// Two workloads on one GPU (node for host OOMs) before an OOM of the first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CoScheduled {
+    /// The failing workload.
+    pub failed: String,
+    /// The neighbour.
+    pub neighbour: String,
+    /// OOM events.
+    pub events: u64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapacityReport {
+    /// Window start.
+    pub since_ms: i64,
+    /// Window end.
+    pub until_ms: i64,
+    /// Grouping.
+    pub by: GroupBy,
+    /// Groups, most OOMs first, then by p99.
+    pub groups: Vec<Group>,
+    /// OOM events in the window.
+    pub ooms: u64,
+    /// OOM events per attributed scenario, fleet-wide.
+    pub ooms_by_scenario: BTreeMap<String, u64>,
+    /// Workloads closest to the edge (highest p99), at most `top`.
+    pub closest_to_edge: Vec<EdgeWorkload>,
+    /// Most frequent noisy neighbours, at most `top`.
+    pub noisy_neighbours: Vec<NoisyNeighbour>,
+    /// Co-scheduling pairs that precede OOMs, at most `top`.
+    pub co_scheduling: Vec<CoScheduled>,
+}
+
+async fn headroom(
+    client: &clickhouse::Client,
+    db: &str,
+    by: GroupBy,
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<Vec<HeadroomRow>, CapacityError> {
+    let rows = if by == GroupBy::GpuModel {
+        query("capacity_headroom_gpu_model")?
+            .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
+            .fetch_all::<HeadroomRow>()
+            .await?
+    } else {
+        let args = [
+            ParamValue::String(by.as_str().to_owned()),
+            ParamValue::Int(since_ms),
+            ParamValue::Int(until_ms),
+            ParamValue::Int(since_ms),
+            ParamValue::Int(until_ms),
+        ];
+        query("capacity_headroom")?.bind(client, db, &args)?.fetch_all::<HeadroomRow>().await?
+    };
+    Ok(rows)
+}
+
+fn q(row: &HeadroomRow, i: usize) -> f64 {
+    row.used_quantiles.get(i).copied().unwrap_or(0.0)
+}
+
+fn share(row: &HeadroomRow) -> f64 {
+    if row.samples == 0 { 0.0 } else { row.samples_above_90 as f64 / row.samples as f64 }
+}
+
+/// Builds the report for `[since_ms, until_ms)`; `window_ms` is the attribution look-back, `top`
+/// the length of the ranked lists.
+pub async fn build(
+    client: &clickhouse::Client,
+    db: &str,
+    by: GroupBy,
+    since_ms: i64,
+    until_ms: i64,
+    window_ms: i64,
+    top: usize,
+) -> Result<CapacityReport, CapacityError> {
+    let rows = headroom(client, db, by, since_ms, until_ms).await?;
+    let by_workload = if by == GroupBy::Workload {
+        rows.clone()
+    } else {
+        headroom(client, db, GroupBy::Workload, since_ms, until_ms).await?
+    };
+    let events = query("capacity_events")?
+        .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
+        .fetch_all::<CapacityEvent>()
+        .await?;
+    let window = FeatureWindow { since_ms, until_ms, window_ms };
+    let attributed = attribution::attribute_window(client, db, &window).await?;
+    let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
+        .iter()
+        .map(|e| {
+            (
+                (e.features.cluster.as_str(), e.features.node.as_str(), e.features.event_id),
+                e.attribution.scenario.as_str(),
+            )
+        })
+        .collect();
+    let neighbours = attribution::features::fetch_neighbours(client, db, &window, 3).await?;
+    tracing::debug!(
+        groups = rows.len(),
+        events = events.len(),
+        neighbours = neighbours.len(),
+        "capacity report"
+    );
+
+    let mut groups: BTreeMap<String, Group> = rows
+        .iter()
+        .map(|r| {
+            let days = r.gpus as f64 * ((r.last_ts_ms - r.first_ts_ms).max(0) as f64 + 1000.0) / 86_400_000.0;
+            (
+                r.group_key.clone(),
+                Group {
+                    key: r.group_key.clone(),
+                    gpus: r.gpus,
+                    samples: r.samples,
+                    p50: q(r, 0),
+                    p95: q(r, 1),
+                    p99: q(r, 2),
+                    max: r.used_max,
+                    above_90_share: share(r),
+                    ooms: 0,
+                    ooms_by_scenario: BTreeMap::new(),
+                    ooms_per_gpu_day: (days > 0.0).then_some(days),
+                },
+            )
+        })
+        .collect();
+    let mut fleet: BTreeMap<String, u64> = BTreeMap::new();
+    let mut workload_of: HashMap<(&str, &str, u64), &str> = HashMap::new();
+    for e in &events {
+        let scenario =
+            scenario_of.get(&(e.cluster.as_str(), e.node.as_str(), e.event_id)).copied().unwrap_or("unknown");
+        workload_of.insert((e.cluster.as_str(), e.node.as_str(), e.event_id), e.workload.as_str());
+        *fleet.entry(scenario.to_owned()).or_default() += 1;
+        let g = groups.entry(e.key(by).to_owned()).or_insert_with(|| Group {
+            key: e.key(by).to_owned(),
+            gpus: 0,
+            samples: 0,
+            p50: 0.0,
+            p95: 0.0,
+            p99: 0.0,
+            max: 0.0,
+            above_90_share: 0.0,
+            ooms: 0,
+            ooms_by_scenario: BTreeMap::new(),
+            ooms_per_gpu_day: None,
+        });
+        g.ooms += 1;
+        *g.ooms_by_scenario.entry(scenario.to_owned()).or_default() += 1;
+    }
+    let mut groups: Vec<Group> = groups
+        .into_values()
+        .map(|mut g| {
+            // `ooms_per_gpu_day` held the GPU-days until now.
+            g.ooms_per_gpu_day = g.ooms_per_gpu_day.map(|days| g.ooms as f64 / days);
+            g
+        })
+        .collect();
+    groups.sort_by(|a, b| b.ooms.cmp(&a.ooms).then(b.p99.total_cmp(&a.p99)).then(a.key.cmp(&b.key)));
+
+    let mut edge: Vec<EdgeWorkload> = by_workload
+        .iter()
+        .filter(|r| !r.group_key.is_empty())
+        .map(|r| EdgeWorkload {
+            workload: r.group_key.clone(),
+            p99: q(r, 2),
+            max: r.used_max,
+            above_90_share: share(r),
+            gpus: r.gpus,
+        })
+        .collect();
+    edge.sort_by(|a, b| {
+        b.p99.total_cmp(&a.p99).then(b.max.total_cmp(&a.max)).then(a.workload.cmp(&b.workload))
+    });
+    edge.truncate(top);
+
+    // Neighbours come ranked per event: the first one per event that grew is its noisy neighbour.
+    let mut noisy: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    let mut pairs: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut seen_top: std::collections::HashSet<(&str, &str, u64)> = Default::default();
+    let mut seen_pair: std::collections::HashSet<(&str, &str, u64, &str)> = Default::default();
+    for n in &neighbours {
+        let id = (n.cluster.as_str(), n.node.as_str(), n.event_id);
+        let failed = workload_of.get(&id).copied().unwrap_or("");
+        if n.growth_bytes > 0 && n.neighbour_workload != failed && seen_top.insert(id) {
+            let e = noisy.entry(n.neighbour_workload.clone()).or_default();
+            e.0 += 1;
+            e.1 += n.growth_bytes;
+        }
+        if !failed.is_empty()
+            && !n.neighbour_workload.is_empty()
+            && n.neighbour_workload != failed
+            && seen_pair.insert((id.0, id.1, id.2, n.neighbour_workload.as_str()))
+        {
+            *pairs.entry((failed.to_owned(), n.neighbour_workload.clone())).or_default() += 1;
+        }
+    }
+    let mut noisy: Vec<NoisyNeighbour> = noisy
+        .into_iter()
+        .filter(|(w, _)| !w.is_empty())
+        .map(|(workload, (events, growth_bytes))| NoisyNeighbour { workload, events, growth_bytes })
+        .collect();
+    noisy.sort_by(|a, b| {
+        b.events.cmp(&a.events).then(b.growth_bytes.cmp(&a.growth_bytes)).then(a.workload.cmp(&b.workload))
+    });
+    noisy.truncate(top);
+    let mut co: Vec<CoScheduled> = pairs
+        .into_iter()
+        .map(|((failed, neighbour), events)| CoScheduled { failed, neighbour, events })
+        .collect();
+    co.sort_by(|a, b| {
+        b.events.cmp(&a.events).then(a.failed.cmp(&b.failed)).then(a.neighbour.cmp(&b.neighbour))
+    });
+    co.truncate(top);
+
+    Ok(CapacityReport {
+        since_ms,
+        until_ms,
+        by,
+        ooms: events.len() as u64,
+        ooms_by_scenario: fleet,
+        groups,
+        closest_to_edge: edge,
+        noisy_neighbours: noisy,
+        co_scheduling: co,
+    })
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1} %", v * 100.0)
+}
+
+fn label(key: &str) -> &str {
+    if key.is_empty() { "(none)" } else { key }
+}
+
+impl CapacityReport {
+    /// The text report.
+    pub fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "Capacity {} – {} by {}: {} OOM events ({})",
+            format_ms(self.since_ms),
+            format_ms(self.until_ms),
+            self.by.as_str(),
+            self.ooms,
+            scenario_list(&self.ooms_by_scenario)
+        )?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "  {:<32} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  by scenario",
+            self.by.as_str(),
+            "GPUs",
+            "p50",
+            "p95",
+            "p99",
+            "max",
+            ">=90 %",
+            "OOMs",
+            "/GPU-day"
+        )?;
+        for g in &self.groups {
+            writeln!(
+                out,
+                "  {:<32} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  {}",
+                truncate(label(&g.key), 32),
+                g.gpus,
+                pct(g.p50),
+                pct(g.p95),
+                pct(g.p99),
+                pct(g.max),
+                pct(g.above_90_share),
+                g.ooms,
+                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
+                scenario_list(&g.ooms_by_scenario)
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "Workloads closest to the edge (p99 of used/total of the GPUs they led):")?;
+        for w in &self.closest_to_edge {
+            writeln!(
+                out,
+                "  {:<32} p99 {:>7}  max {:>7}  >=90 % {:>7}  GPUs {}",
+                truncate(&w.workload, 32),
+                pct(w.p99),
+                pct(w.max),
+                pct(w.above_90_share),
+                w.gpus
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "Most frequent noisy neighbours (top-ranked, growing, before another job's OOM):")?;
+        for n in &self.noisy_neighbours {
+            writeln!(
+                out,
+                "  {:<32} {:>5} OOMs  grew {}",
+                truncate(&n.workload, 32),
+                n.events,
+                crate::report::human_bytes(Some(n.growth_bytes.unsigned_abs()))
+            )?;
+        }
+        writeln!(out)?;
+        writeln!(out, "Co-scheduling that preceded OOMs (failed job ← neighbour):")?;
+        for p in &self.co_scheduling {
+            writeln!(
+                out,
+                "  {:<32} ← {:<32} {:>5} OOMs",
+                truncate(&p.failed, 32),
+                truncate(&p.neighbour, 32),
+                p.events
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The HTML page: headroom bars per group (p50/p95/p99/max with the 90 % line), OOMs per
+    /// scenario stacked per group, and the ranked lists.
+    pub fn write_html(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut page = html_head(&format!("oomlens capacity by {}", self.by.as_str()));
+        let _ = writeln!(
+            page,
+            "<p>{} – {}: {} OOM events ({}).</p>",
+            html_escape(&format_ms(self.since_ms)),
+            html_escape(&format_ms(self.until_ms)),
+            self.ooms,
+            html_escape(&scenario_list(&self.ooms_by_scenario))
+        );
+        page.push_str("<h2>Headroom (used / total)</h2>");
+        page.push_str(&self.headroom_svg());
+        page.push_str("<h2>OOMs per scenario</h2>");
+        page.push_str(&self.ooms_svg());
+        page.push_str("<h2>Groups</h2><table><tr><th>group</th><th>GPUs</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>&ge;90 %</th><th>OOMs</th><th>per GPU-day</th></tr>");
+        for g in &self.groups {
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                html_escape(label(&g.key)),
+                g.gpus,
+                pct(g.p50),
+                pct(g.p95),
+                pct(g.p99),
+                pct(g.max),
+                pct(g.above_90_share),
+                g.ooms,
+                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"))
+            );
+        }
+        page.push_str("</table>\n<h2>Closest to the edge</h2><ul>");
+        for w in &self.closest_to_edge {
+            let _ = write!(
+                page,
+                "<li>{} — p99 {}, max {}</li>",
+                html_escape(&w.workload),
+                pct(w.p99),
+                pct(w.max)
+            );
+        }
+        page.push_str("</ul><h2>Noisy neighbours</h2><ul>");
+        for n in &self.noisy_neighbours {
+            let _ = write!(page, "<li>{} — {} OOMs</li>", html_escape(&n.workload), n.events);
+        }
+        page.push_str("</ul><h2>Co-scheduling before OOMs</h2><ul>");
+        for p in &self.co_scheduling {
+            let _ = write!(
+                page,
+                "<li>{} ← {} — {} OOMs</li>",
+                html_escape(&p.failed),
+                html_escape(&p.neighbour),
+                p.events
+            );
+        }
+        page.push_str("</ul></body></html>\n");
+        out.write_all(page.as_bytes())
+    }
+
+    fn headroom_svg(&self) -> String {
+        let (row_h, left, width) = (22.0_f64, 220.0_f64, 760.0_f64);
+        let h = row_h * self.groups.len() as f64 + 30.0;
+        let x = |v: f64| left + v.clamp(0.0, 1.0) * (width - left - 10.0);
+        let mut svg = format!(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {h}" width="{width}" height="{h}">"#
+        );
+        for (i, g) in self.groups.iter().enumerate() {
+            let y = 10.0 + i as f64 * row_h;
+            let _ = write!(
+                svg,
+                r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#dbe7f3"><title>max {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#9ebfe0"><title>p99 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#6a9ccc"><title>p95 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#4e79a7"><title>p50 {}</title></rect>"##,
+                left - 6.0,
+                y + 12.0,
+                html_escape(&truncate(label(&g.key), 34)),
+                x(g.max) - left,
+                pct(g.max),
+                x(g.p99) - left,
+                pct(g.p99),
+                x(g.p95) - left,
+                pct(g.p95),
+                x(g.p50) - left,
+                pct(g.p50)
+            );
+        }
+        let x90 = x(0.9);
+        let _ = write!(
+            svg,
+            r##"<line x1="{x90:.1}" y1="5" x2="{x90:.1}" y2="{:.1}" stroke="#d62728" stroke-dasharray="4 3"/><text x="{x90:.1}" y="{:.1}" font-size="11" fill="#d62728" text-anchor="middle">90 %</text></svg>"##,
+            h - 16.0,
+            h - 4.0
+        );
+        svg
+    }
+
+    fn ooms_svg(&self) -> String {
+        let (row_h, left, width) = (22.0_f64, 220.0_f64, 760.0_f64);
+        let scenarios: Vec<&String> = self.ooms_by_scenario.keys().collect();
+        let most = self.groups.iter().map(|g| g.ooms).max().unwrap_or(0).max(1) as f64;
+        let h = row_h * self.groups.len() as f64 + 34.0;
+        let mut svg = format!(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {h}" width="{width}" height="{h}">"#
+        );
+        for (i, g) in self.groups.iter().enumerate() {
+            let y = 10.0 + i as f64 * row_h;
+            let _ = write!(
+                svg,
+                r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"#,
+                left - 6.0,
+                y + 12.0,
+                html_escape(&truncate(label(&g.key), 34))
+            );
+            let mut x0 = left;
+            for (j, s) in scenarios.iter().enumerate() {
+                let n = g.ooms_by_scenario.get(*s).copied().unwrap_or(0);
+                if n == 0 {
+                    continue;
+                }
+                let w = n as f64 / most * (width - left - 10.0);
+                let _ = write!(
+                    svg,
+                    r#"<rect x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="16" fill="{}"><title>{} {n}</title></rect>"#,
+                    PALETTE[j % PALETTE.len()],
+                    html_escape(s)
+                );
+                x0 += w;
+            }
+        }
+        let mut lx = left;
+        for (j, s) in scenarios.iter().enumerate() {
+            let _ = write!(
+                svg,
+                r#"<rect x="{lx:.1}" y="{:.1}" width="10" height="10" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
+                h - 16.0,
+                PALETTE[j % PALETTE.len()],
+                lx + 14.0,
+                h - 7.0,
+                html_escape(s)
+            );
+            lx += 100.0;
+        }
+        svg.push_str("</svg>");
+        svg
+    }
+}
+
+fn scenario_list(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".to_owned();
+    }
+    let mut v: Vec<(&String, &u64)> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groupings_parse() {
+        for by in [GroupBy::Cluster, GroupBy::GpuModel, GroupBy::Node, GroupBy::Namespace, GroupBy::Workload]
+        {
+            assert_eq!(by.as_str().parse::<GroupBy>().ok(), Some(by));
+        }
+        assert!("rack".parse::<GroupBy>().is_err());
+        let q = queries::get("capacity_headroom").expect("capacity_headroom");
+        assert!(
+            q.sql.contains("['cluster', 'node', 'namespace', 'workload']"),
+            "the SQL knows every non-model grouping"
+        );
+    }
+
+    #[test]
+    fn scenario_lists_sort_by_count() {
+        let m: BTreeMap<String, u64> = [("batch".to_owned(), 2), ("static".to_owned(), 5)].into();
+        assert_eq!(scenario_list(&m), "static 5, batch 2");
+        assert_eq!(scenario_list(&BTreeMap::new()), "none");
+    }
+}

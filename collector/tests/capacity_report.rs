@@ -1,0 +1,200 @@
+//! `oomlens report capacity` end to end: the real binary against a real ClickHouse loaded with the
+//! SQL fixtures (`collector/tests/fixtures/sql`, with re-sent duplicate rows); the headroom and OOM
+//! numbers are checked against an independent computation from the fixture files, the scenarios
+//! against the attribution API, plus the GPU-model grouping and the HTML page.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use oomlens_collector::attribution::{self, FeatureWindow};
+use oomlens_collector::clickhouse::{Ch, ChConfig};
+use serde_json::Value;
+
+fn fixture(table: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl")),
+    )
+    .unwrap()
+}
+
+fn report(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
+        .args(["report", "capacity"])
+        .args(args)
+        .args(["--clickhouse-url", url])
+        .env_remove("OOMLENS_COLLECTOR_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// Per node: (GPUs, samples, sorted used/total ratios, samples >= 90 %), GPU samples collapsed
+/// by (cluster, node, gpu_index, ts_ms).
+fn headroom_by_node() -> BTreeMap<String, (usize, Vec<f64>)> {
+    let mut collapsed: HashMap<(String, String, u64, i64), (u64, u64)> = HashMap::new();
+    for line in fixture("gpu_samples").lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let (Some(used), Some(total)) = (r["memory_used_bytes"].as_u64(), r["memory_total_bytes"].as_u64())
+        else {
+            continue;
+        };
+        if total == 0 {
+            continue;
+        }
+        let key = (
+            r["cluster"].as_str().unwrap().to_owned(),
+            r["node"].as_str().unwrap().to_owned(),
+            r["gpu_index"].as_u64().unwrap(),
+            r["ts_ms"].as_i64().unwrap(),
+        );
+        let e = collapsed.entry(key).or_default();
+        *e = (e.0.max(used), e.1.max(total));
+    }
+    let mut by: BTreeMap<String, (BTreeSet<u64>, Vec<f64>)> = BTreeMap::new();
+    for ((_, node, gpu, _), (used, total)) in collapsed {
+        let e = by.entry(node).or_default();
+        e.0.insert(gpu);
+        e.1.push(used as f64 / total as f64);
+    }
+    by.into_iter()
+        .map(|(k, (gpus, mut r))| {
+            r.sort_by(f64::total_cmp);
+            (k, (gpus.len(), r))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_report_numbers() {
+    let server = start_clickhouse();
+    let cfg = ChConfig {
+        url: server.url(),
+        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    };
+    let ch = Ch::connect(&cfg).await.unwrap();
+    ch.migrate().await.unwrap();
+    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
+        // Twice: re-sent rows must not change any number.
+        for _ in 0..2 {
+            ch.client()
+                .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{}", fixture(table)))
+                .execute()
+                .await
+                .unwrap();
+        }
+    }
+    let url = server.url();
+
+    let (rc, out, err) = report(&url, &["--since", "0", "--by", "node", "--json"]);
+    assert_eq!(rc, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["by"], "node");
+    let groups: BTreeMap<String, &Value> = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["key"].as_str().unwrap().to_owned(), g))
+        .collect();
+
+    // Headroom, independently.
+    let expected = headroom_by_node();
+    assert!(expected.len() >= 4, "the fixtures sample several nodes");
+    for (node, (gpus, ratios)) in &expected {
+        let g = groups.get(node).unwrap_or_else(|| panic!("node {node} missing: {doc}"));
+        assert_eq!(g["gpus"].as_u64(), Some(*gpus as u64), "{node}");
+        assert_eq!(g["samples"].as_u64(), Some(ratios.len() as u64), "{node}: duplicates collapsed");
+        let max = *ratios.last().unwrap();
+        assert!((g["max"].as_f64().unwrap() - max).abs() < 1e-9, "{node}: max {} vs {max}", g["max"]);
+        let above = ratios.iter().filter(|r| **r >= 0.9).count() as f64 / ratios.len() as f64;
+        assert!((g["above_90_share"].as_f64().unwrap() - above).abs() < 1e-9, "{node}");
+        // quantiles() interpolates (and samples above 8192 values): within the neighbouring ranks.
+        for (key, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)] {
+            let got = g[key].as_f64().unwrap();
+            let pos = p * (ratios.len() - 1) as f64;
+            let (lo, hi) = (ratios[pos.floor() as usize], ratios[pos.ceil() as usize]);
+            assert!(got >= lo - 1e-9 && got <= hi + 1e-9, "{node} {key}: {got} not in [{lo}, {hi}]");
+        }
+        assert!(g["p50"].as_f64() <= g["p95"].as_f64() && g["p95"].as_f64() <= g["p99"].as_f64());
+    }
+
+    // OOMs per node: distinct event ids from the fixture file; scenarios as the attribution API says.
+    let mut ids: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for line in fixture("oom_events").lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        ids.entry(r["node"].as_str().unwrap().to_owned())
+            .or_default()
+            .insert(r["event_id"].as_u64().unwrap());
+    }
+    let total: usize = ids.values().map(BTreeSet::len).sum();
+    assert_eq!(doc["ooms"].as_u64(), Some(total as u64));
+    let attributed =
+        attribution::attribute_window(ch.client(), "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let mut scen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in &attributed {
+        *scen.entry((e.features.node.clone(), e.attribution.scenario.as_str().to_owned())).or_default() += 1;
+    }
+    for (node, set) in &ids {
+        let g = groups[node];
+        assert_eq!(g["ooms"].as_u64(), Some(set.len() as u64), "{node}");
+        let by: BTreeMap<String, u64> = serde_json::from_value(g["ooms_by_scenario"].clone()).unwrap();
+        let want: BTreeMap<String, u64> =
+            scen.iter().filter(|((n, _), _)| n == node).map(|((_, s), c)| (s.clone(), *c)).collect();
+        assert_eq!(by, want, "{node}");
+        if let Some(rate) = g["ooms_per_gpu_day"].as_f64() {
+            assert!(rate > 0.0);
+        }
+    }
+    // The hand-made contention case: pod-60004 grew 34 GiB before attr-case-4 failed.
+    let noisy = doc["noisy_neighbours"].as_array().unwrap();
+    let n = noisy.iter().find(|n| n["workload"] == "pod-60004").expect("pod-60004 is a noisy neighbour");
+    assert_eq!(n["growth_bytes"].as_i64(), Some(34 << 30));
+    assert!(
+        doc["co_scheduling"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["failed"] == "attr-case-4" && p["neighbour"] == "pod-60004" && p["events"] == 1)
+    );
+    let edge = doc["closest_to_edge"].as_array().unwrap();
+    assert!(!edge.is_empty());
+    assert!(edge.windows(2).all(|w| w[0]["p99"].as_f64() >= w[1]["p99"].as_f64()), "sorted by p99");
+
+    // By GPU model: every sampled GPU of the fixtures' agents is an H100 or A100 by name.
+    let (rc, out, err) = report(&url, &["--since", "0", "--by", "gpu_model", "--json"]);
+    assert_eq!(rc, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    let samples: u64 = doc["groups"].as_array().unwrap().iter().map(|g| g["samples"].as_u64().unwrap()).sum();
+    let all: usize = expected.values().map(|(_, r)| r.len()).sum();
+    assert_eq!(samples, all as u64, "every sample in exactly one model");
+    assert!(
+        doc["groups"].as_array().unwrap().iter().any(|g| g["key"].as_str().unwrap().contains("H100")),
+        "{doc}"
+    );
+
+    // Text and HTML.
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("cap.html");
+    let (rc, text, err) =
+        report(&url, &["--since", "0", "--by", "cluster", "--html", html.to_str().unwrap()]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        text.contains("by cluster") && text.contains("train-east") && text.contains("closest to the edge"),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.matches("<svg").count() == 2);
+    assert!(page.contains("90 %") && page.contains("train-east") && !page.contains("<script"));
+    let (rc, _, err) = report(&url, &["--since", "0", "--by", "rack"]);
+    assert_ne!(rc, 0);
+    assert!(err.contains("unknown grouping"), "{err}");
+}
