@@ -33,3 +33,4 @@ pub mod report;
 pub mod server;
 pub mod service;
 pub mod timearg;
+pub mod top;

@@ -50,6 +50,8 @@ builtin![
     "capacity_headroom",
     "capacity_headroom_gpu_model",
     "capacity_events",
+    "top_gpus",
+    "top_processes",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -1,7 +1,8 @@
 //! `oomlens report capacity` end to end: the real binary against a real ClickHouse loaded with the
 //! SQL fixtures (`collector/tests/fixtures/sql`, with re-sent duplicate rows); the headroom and OOM
 //! numbers are checked against an independent computation from the fixture files, the scenarios
-//! against the attribution API, plus the GPU-model grouping and the HTML page.
+//! against the attribution API, plus the GPU-model grouping and the HTML page; and one frame of
+//! `oomlens top --once` against the latest fixture readings.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -194,6 +195,73 @@ async fn capacity_report_numbers() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") && page.matches("<svg").count() == 2);
     assert!(page.contains("90 %") && page.contains("train-east") && !page.contains("<script"));
+    // `oomlens top --once` at a fixture time: one line per GPU read in the minute before, with the
+    // latest reading; the OOMs of the day before.
+    let at: i64 = 1_764_460_890_000;
+    let mut latest: BTreeMap<(String, String, u64), (i64, u64)> = BTreeMap::new();
+    for line in fixture("gpu_samples").lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let ts = r["ts_ms"].as_i64().unwrap();
+        if ts >= at - 60_000 && ts <= at {
+            let key = (
+                r["cluster"].as_str().unwrap().into(),
+                r["node"].as_str().unwrap().into(),
+                r["gpu_index"].as_u64().unwrap(),
+            );
+            let e = latest.entry(key).or_insert((i64::MIN, 0));
+            // The latest known reading (a failed reading is NULL and skipped).
+            if let Some(used) = r["memory_used_bytes"].as_u64()
+                && ts > e.0
+            {
+                *e = (ts, used);
+            }
+        }
+    }
+    assert!(latest.len() >= 4);
+    let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
+        .args([
+            "top",
+            "--once",
+            "--at",
+            &at.to_string(),
+            "--live",
+            "60s",
+            "--recent",
+            "1d",
+            "--clickhouse-url",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let frame = String::from_utf8(out.stdout).unwrap();
+    assert!(!frame.contains('\x1b'), "--once prints no escape codes");
+    assert!(
+        frame.starts_with(&format!(
+            "oomlens top — {} — {} GPUs",
+            oomlens_collector::timearg::format_ms(at),
+            latest.len()
+        )),
+        "{frame}"
+    );
+    let gpu_lines: Vec<&str> = frame.lines().filter(|l| l.trim_start().starts_with("GPU ")).collect();
+    assert_eq!(gpu_lines.len(), latest.len(), "{frame}");
+    for ((cluster, node, gpu), (_, used)) in &latest {
+        let at_node = frame
+            .split(&format!("{cluster}/{node}\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cluster}/{node}: {frame}"));
+        let line = at_node.lines().find(|l| l.trim_start().starts_with(&format!("GPU {gpu:<2}"))).unwrap();
+        assert!(line.contains(&oomlens_collector::report::human_bytes(Some(*used))), "{line}");
+    }
+    let day_events: BTreeSet<(String, u64)> = fixture("oom_events")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| (at - 86_400_000..=at).contains(&r["ts_ms"].as_i64().unwrap()))
+        .map(|r| (r["node"].as_str().unwrap().to_owned(), r["event_id"].as_u64().unwrap()))
+        .collect();
+    assert!(frame.contains(&format!("Recent OOMs ({}):", day_events.len().min(10))), "{frame}");
+
     let (rc, _, err) = report(&url, &["--since", "0", "--by", "rack"]);
     assert_ne!(rc, 0);
     assert!(err.contains("unknown grouping"), "{err}");

@@ -33,6 +33,9 @@ enum Command {
     /// contention/fragmentation → remedy) with the memory curve before each failure, the ranked
     /// neighbours and the remedy: one event by id, or those of a job, pod, node / GPU in a time range.
     Postmortem(Box<PostmortemArgs>),
+    /// Live terminal view of the fleet: per node each GPU's memory bar, its largest processes, and
+    /// the recent OOMs, redrawn every --interval (Ctrl-C to quit); --once prints one frame.
+    Top(Box<TopArgs>),
     /// Fleet reports (`oomlens report capacity`).
     #[command(subcommand)]
     Report(ReportCommand),
@@ -47,6 +50,33 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+struct TopArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// Print one frame (no escape codes) and exit.
+    #[arg(long)]
+    once: bool,
+    /// Seconds between redraws.
+    #[arg(long, default_value_t = 2.0)]
+    interval: f64,
+    /// The frame's time: `now`, a duration before now, an RFC 3339 time or epoch ms (replays the past).
+    #[arg(long, default_value = "now")]
+    at: String,
+    /// Readings of this long before the frame's time count as live.
+    #[arg(long, default_value = "30s")]
+    live: String,
+    /// OOMs of this long before the frame's time are listed.
+    #[arg(long, default_value = "1h")]
+    recent: String,
+    /// Processes shown under each GPU.
+    #[arg(long, default_value_t = 3)]
+    procs: usize,
+    /// OOMs listed.
+    #[arg(long, default_value_t = 10)]
+    max_ooms: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -233,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Accuracy(a) => run_accuracy(a).await,
         Command::Postmortem(a) => run_postmortem(*a).await,
+        Command::Top(a) => run_top(*a).await,
         Command::Report(ReportCommand::Capacity(a)) => run_capacity(*a).await,
         Command::Completions { shell } => {
             write_completions(shell, Cli::command(), "oomlens", &mut std::io::stdout());
@@ -242,6 +273,49 @@ async fn main() -> anyhow::Result<()> {
             .context("cannot write the man pages"),
         Command::Sql(a) => {
             oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
+        }
+    }
+}
+
+async fn run_top(a: TopArgs) -> anyhow::Result<()> {
+    use oomlens_collector::clickhouse::Ch;
+    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
+    use oomlens_collector::top::fetch_frame;
+
+    let live_ms = parse_duration_ms(&a.live).context("--live")?;
+    let recent_ms = parse_duration_ms(&a.recent).context("--recent")?;
+    if !(a.interval.is_finite() && a.interval > 0.0) {
+        anyhow::bail!("--interval must be a positive number of seconds");
+    }
+    let follow_now = a.at.eq_ignore_ascii_case("now");
+    let start_at = parse_instant_ms(&a.at, now_ms()).context("--at")?;
+    let start_wall = now_ms();
+    let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
+    let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
+    loop {
+        // A past --at replays forward at wall-clock speed.
+        let at = match (follow_now, a.once) {
+            (true, _) => now_ms(),
+            (false, true) => start_at,
+            (false, false) => start_at.saturating_add(now_ms() - start_wall),
+        };
+        let frame = fetch_frame(ch.client(), &cfg.database, at, live_ms, recent_ms, a.max_ooms)
+            .await
+            .context("cannot fetch the frame")?;
+        let mut buf = Vec::new();
+        if !a.once {
+            buf.extend_from_slice(b"\x1b[H\x1b[2J");
+        }
+        frame.write(&mut buf, a.procs).context("cannot render the frame")?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&buf).and_then(|()| out.flush()).context("cannot write")?;
+        drop(out);
+        if a.once {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(a.interval)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
 }
