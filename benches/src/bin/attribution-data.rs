@@ -45,6 +45,9 @@ struct Args {
     /// Keep the data already loaded in --dir.
     #[arg(long)]
     skip_load: bool,
+    /// Time only these: postmortem, breakdown, capacity (comma-separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Timed repetitions of each query (the median is reported).
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -178,52 +181,61 @@ async fn main() -> anyhow::Result<()> {
     println!("rows: gpu_samples {gs}, process_samples {ps} (total {}), oom_events {ev}", gs + ps);
     let until = BASE_MS + i64::from(a.days) * DAY_MS;
 
+    let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
+
     // One postmortem: select by id, explain (features + neighbours), the 10-minute curve.
     // A GPU event (every tenth is a host OOM kill).
     let id = a.events / 2 + 1;
-    let (first, med, n) = time(a.runs, || async {
-        let sel = Selection {
-            since_ms: 0,
-            until_ms: i64::MAX,
-            event_id: Some(id),
-            cluster: None,
-            node: None,
-            gpu_index: None,
-            workload: None,
-            pod: None,
-            max_events: 1,
-        };
-        let evs = postmortem::find_events(db, "oomlens", &sel).await?;
-        let ev = evs.first().context("event missing")?;
-        let pm = postmortem::build(db, "oomlens", ev, Lookback::default()).await?.context("not explained")?;
-        Ok(pm.curve.map_or(0, |c| c.processes.len()))
-    })
-    .await?;
-    println!(
-        "postmortem (event {id}): first {:.0} ms, median {:.0} ms ({n} process curves)",
-        ms(first),
-        ms(med)
-    );
+    if want("postmortem") {
+        let (first, med, n) = time(a.runs, || async {
+            let sel = Selection {
+                since_ms: 0,
+                until_ms: i64::MAX,
+                event_id: Some(id),
+                cluster: None,
+                node: None,
+                gpu_index: None,
+                workload: None,
+                pod: None,
+                max_events: 1,
+            };
+            let evs = postmortem::find_events(db, "oomlens", &sel).await?;
+            let ev = evs.first().context("event missing")?;
+            let pm =
+                postmortem::build(db, "oomlens", ev, Lookback::default()).await?.context("not explained")?;
+            Ok(pm.curve.map_or(0, |c| c.processes.len()))
+        })
+        .await?;
+        println!(
+            "postmortem (event {id}): first {:.0} ms, median {:.0} ms ({n} process curves)",
+            ms(first),
+            ms(med)
+        );
+    }
 
     // Fleet breakdown by attributed scenario over the whole window.
     let window = FeatureWindow { since_ms: BASE_MS, until_ms: until, window_ms: 60_000 };
-    let (first, med, n) = time(a.runs.min(2), || async {
-        Ok(attribution::attribute_window(db, "oomlens", &window).await?.len())
-    })
-    .await?;
-    println!(
-        "scenario breakdown ({} days, {n} events attributed): first {:.0} ms, median {:.0} ms",
-        a.days,
-        ms(first),
-        ms(med)
-    );
+    if want("breakdown") {
+        let (first, med, n) = time(a.runs.min(2), || async {
+            Ok(attribution::attribute_window(db, "oomlens", &window).await?.len())
+        })
+        .await?;
+        println!(
+            "scenario breakdown ({} days, {n} events attributed): first {:.0} ms, median {:.0} ms",
+            a.days,
+            ms(first),
+            ms(med)
+        );
+    }
 
-    // Capacity report by cluster over the whole window.
-    let (first, med, n) = time(a.runs.min(2), || async {
-        Ok(capacity::build(db, "oomlens", GroupBy::Node, BASE_MS, until, 60_000, 10).await?.groups.len())
-    })
-    .await?;
-    println!("capacity report by node ({n} groups): first {:.0} ms, median {:.0} ms", ms(first), ms(med));
+    // Capacity report by node over the whole window.
+    if want("capacity") {
+        let (first, med, n) = time(a.runs.min(2), || async {
+            Ok(capacity::build(db, "oomlens", GroupBy::Node, BASE_MS, until, 60_000, 10).await?.groups.len())
+        })
+        .await?;
+        println!("capacity report by node ({n} groups): first {:.0} ms, median {:.0} ms", ms(first), ms(med));
+    }
     drop(server);
     Ok(())
 }
