@@ -3,25 +3,22 @@
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 --
--- The GPU samples are first reduced per GPU and minute (exact distinct sample times, exact max,
--- mergeable quantile states), which keeps memory bounded at fleet scale; a re-sent sample can weigh
--- twice in the quantile estimate, never in the counts or the max.
+-- The GPU samples are first reduced per GPU and minute (the distinct (time, used/total) points of
+-- the minute — re-sent samples collapse there — and the max), which keeps memory bounded at fleet scale.
 SELECT
     group_key,
     uniqExact(cluster, node, gpu_index) AS gpus,
-    sum(minute_samples) AS samples,
-    quantilesMerge(0.5, 0.95, 0.99)(minute_quantiles) AS used_quantiles,
+    sum(length(minute_points)) AS samples,
+    quantilesArray(0.5, 0.95, 0.99)(arrayMap(p -> tupleElement(p, 2), minute_points)) AS used_quantiles,
     max(minute_max) AS used_max,
-    sum(minute_above_90) AS samples_above_90,
+    sum(arrayCount(p -> tupleElement(p, 2) >= 0.9, minute_points)) AS samples_above_90,
     min(minute_first_ts) AS first_ts_ms,
     max(minute_last_ts) AS last_ts_ms
 FROM
 (
     SELECT
         cluster, node, gpu_index, intDiv(ts_ms, 60000) AS minute,
-        uniqExact(ts_ms) AS minute_samples,
-        uniqExactIf(ts_ms, ratio >= 0.9) AS minute_above_90,
-        quantilesState(0.5, 0.95, 0.99)(ratio) AS minute_quantiles,
+        arrayDistinct(groupArray((ts_ms, ratio))) AS minute_points,
         max(ratio) AS minute_max,
         min(ts_ms) AS minute_first_ts,
         max(ts_ms) AS minute_last_ts
