@@ -36,6 +36,8 @@ async fn answers(db: &clickhouse::Client, database: &str, node: &str) -> Vec<(St
     for q in queries::all() {
         let args: Vec<ParamValue> = if q.name == "gpu_memory_curve" {
             vec![CLUSTER.into(), node.into(), 0u32.into(), 0i64.into(), i64::MAX.into()]
+        } else if q.name == "oom_gpu_curve" || q.name == "oom_process_curve" {
+            vec![10_000i64.into(), CLUSTER.into(), node.into(), 0u32.into(), 0i64.into(), i64::MAX.into()]
         } else {
             q.example_args()
         };
