@@ -31,16 +31,9 @@ pub enum CapacityError {
     /// ClickHouse failed.
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
-    /// A built-in query is missing.
-    #[error("built-in query {0:?} is missing")]
-    MissingQuery(&'static str),
     /// Unknown grouping.
     #[error("unknown grouping {0:?}: expected cluster, gpu_model, node, namespace or workload")]
     BadGroup(String),
-}
-
-fn query(name: &'static str) -> Result<&'static queries::Query, CapacityError> {
-    queries::get(name).ok_or(CapacityError::MissingQuery(name))
 }
 
 /// What the report groups by.
@@ -235,7 +228,7 @@ async fn headroom(
     until_ms: i64,
 ) -> Result<Vec<HeadroomRow>, CapacityError> {
     let rows = if by == GroupBy::GpuModel {
-        query("capacity_headroom_gpu_model")?
+        queries::builtin("capacity_headroom_gpu_model")?
             .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
             .fetch_all::<HeadroomRow>()
             .await?
@@ -247,7 +240,7 @@ async fn headroom(
             ParamValue::Int(since_ms),
             ParamValue::Int(until_ms),
         ];
-        query("capacity_headroom")?.bind(client, db, &args)?.fetch_all::<HeadroomRow>().await?
+        queries::builtin("capacity_headroom")?.bind(client, db, &args)?.fetch_all::<HeadroomRow>().await?
     };
     Ok(rows)
 }
@@ -277,7 +270,7 @@ pub async fn build(
     } else {
         headroom(client, db, GroupBy::Workload, since_ms, until_ms).await?
     };
-    let events = query("capacity_events")?
+    let events = queries::builtin("capacity_events")?
         .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
         .fetch_all::<CapacityEvent>()
         .await?;

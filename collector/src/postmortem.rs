@@ -34,13 +34,6 @@ pub enum PostmortemError {
     /// ClickHouse failed.
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
-    /// A built-in query is missing.
-    #[error("built-in query {0:?} is missing")]
-    MissingQuery(&'static str),
-}
-
-fn query(name: &'static str) -> Result<&'static queries::Query, PostmortemError> {
-    queries::get(name).ok_or(PostmortemError::MissingQuery(name))
 }
 
 /// Which events to report on (`postmortem_events`); empty / `None` filters match everything.
@@ -113,7 +106,7 @@ pub async fn find_events(
     db: &str,
     sel: &Selection,
 ) -> Result<Vec<EventRef>, PostmortemError> {
-    Ok(query("postmortem_events")?.bind(client, db, &sel.args())?.fetch_all::<EventRef>().await?)
+    Ok(queries::builtin("postmortem_events")?.bind(client, db, &sel.args())?.fetch_all::<EventRef>().await?)
 }
 
 /// One bucket of a process's curve.
@@ -197,8 +190,10 @@ pub async fn fetch_curve(
         ParamValue::Int(since_ms),
         ParamValue::Int(until),
     ];
-    let rows = query("oom_process_curve")?.bind(client, db, &args)?.fetch_all::<ProcessPoint>().await?;
-    let gpu_points = query("oom_gpu_curve")?.bind(client, db, &args)?.fetch_all::<GpuPoint>().await?;
+    let rows =
+        queries::builtin("oom_process_curve")?.bind(client, db, &args)?.fetch_all::<ProcessPoint>().await?;
+    let gpu_points =
+        queries::builtin("oom_gpu_curve")?.bind(client, db, &args)?.fetch_all::<GpuPoint>().await?;
     let mut by_pid: BTreeMap<u32, ProcessSeries> = BTreeMap::new();
     for r in rows {
         let s = by_pid.entry(r.pid).or_insert_with(|| ProcessSeries {

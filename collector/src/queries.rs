@@ -276,7 +276,7 @@ pub enum QueryError {
     #[error("bad database name {0:?}: expected [A-Za-z_][A-Za-z0-9_]*")]
     BadDatabase(String),
     /// No built-in query has this name.
-    #[error("no built-in query named {0:?}")]
+    #[error("no built-in query named {0:?} (see `oomlens sql --list`)")]
     UnknownQuery(String),
     /// Wrong number of arguments.
     #[error("query {query} takes {expected} argument(s) ({names}), got {got}")]
@@ -332,6 +332,11 @@ pub fn all() -> &'static [Query] {
 /// The built-in query called `name`.
 pub fn get(name: &str) -> Option<&'static Query> {
     all().iter().find(|q| q.name == name)
+}
+
+/// The built-in query `name`, or [`QueryError::UnknownQuery`].
+pub fn builtin(name: &str) -> Result<&'static Query, QueryError> {
+    get(name).ok_or_else(|| QueryError::UnknownQuery(name.to_owned()))
 }
 
 /// Whether `name` is a plain identifier `[A-Za-z_][A-Za-z0-9_]*` (at most 255 bytes).

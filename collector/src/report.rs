@@ -17,16 +17,9 @@ pub enum ReportError {
     /// The query or its arguments are wrong.
     #[error(transparent)]
     Query(#[from] QueryError),
-    /// No such built-in query.
-    #[error("no built-in query named {0:?} (see `oomlens sql --list`)")]
-    Unknown(String),
     /// ClickHouse failed.
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
-}
-
-fn query(name: &str) -> Result<&'static queries::Query, ReportError> {
-    queries::get(name).ok_or_else(|| ReportError::Unknown(name.to_owned()))
 }
 
 /// Rows per table (`table_counts`).
@@ -39,7 +32,7 @@ pub async fn fetch_table_counts(
         table: String,
         rows: u64,
     }
-    let rows = query("table_counts")?.bind(client, db, &[])?.fetch_all::<Row>().await?;
+    let rows = queries::builtin("table_counts")?.bind(client, db, &[])?.fetch_all::<Row>().await?;
     Ok(rows.into_iter().map(|r| (r.table, r.rows)).collect())
 }
 
@@ -92,7 +85,7 @@ pub async fn fetch_events(
     until_ms: i64,
 ) -> Result<Vec<EventLine>, ReportError> {
     let args = [ParamValue::Int(since_ms), ParamValue::Int(until_ms)];
-    Ok(query("oom_events")?.bind(client, db, &args)?.fetch_all::<EventLine>().await?)
+    Ok(queries::builtin("oom_events")?.bind(client, db, &args)?.fetch_all::<EventLine>().await?)
 }
 
 /// Bytes as `12.34 GiB`.
@@ -216,7 +209,7 @@ pub async fn run_sql_command(
         return Ok(());
     }
     let name = name.unwrap_or_default();
-    let q = query(name)?;
+    let q = queries::builtin(name)?;
     // Accept `name=value` or bare values, in header order.
     let values: Vec<&str> = params.iter().map(|p| p.split_once('=').map_or(p.as_str(), |(_, v)| v)).collect();
     let args = q.parse_args(&values)?;

@@ -23,13 +23,6 @@ pub enum TopError {
     /// ClickHouse failed.
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
-    /// A built-in query is missing.
-    #[error("built-in query {0:?} is missing")]
-    MissingQuery(&'static str),
-}
-
-fn query(name: &'static str) -> Result<&'static queries::Query, TopError> {
-    queries::get(name).ok_or(TopError::MissingQuery(name))
 }
 
 /// One row of `top_gpus`.
@@ -98,10 +91,12 @@ pub async fn fetch_frame(
     max_ooms: usize,
 ) -> Result<Frame, TopError> {
     let live = [ParamValue::Int(at_ms.saturating_sub(live_ms)), ParamValue::Int(at_ms.saturating_add(1))];
-    let gpus = query("top_gpus")?.bind(client, db, &live)?.fetch_all::<GpuNow>().await?;
-    let processes = query("top_processes")?.bind(client, db, &live)?.fetch_all::<ProcessNow>().await?;
+    let gpus = queries::builtin("top_gpus")?.bind(client, db, &live)?.fetch_all::<GpuNow>().await?;
+    let processes =
+        queries::builtin("top_processes")?.bind(client, db, &live)?.fetch_all::<ProcessNow>().await?;
     let recent = [ParamValue::Int(at_ms.saturating_sub(recent_ms)), ParamValue::Int(at_ms.saturating_add(1))];
-    let mut ooms = query("oom_events")?.bind(client, db, &recent)?.fetch_all::<EventLine>().await?;
+    let mut ooms =
+        queries::builtin("oom_events")?.bind(client, db, &recent)?.fetch_all::<EventLine>().await?;
     ooms.truncate(max_ooms);
     Ok(Frame { at_ms, live_ms, gpus, processes, ooms })
 }

@@ -296,17 +296,13 @@ pub struct Neighbour {
     pub present: u8,
 }
 
-fn query(name: &str) -> Result<&'static queries::Query, AttributionError> {
-    queries::get(name).ok_or_else(|| AttributionError::MissingQuery(name.to_owned()))
-}
-
 /// `oom_features` for the events of `window`, newest first.
 pub async fn fetch_features(
     client: &clickhouse::Client,
     db: &str,
     window: &FeatureWindow,
 ) -> Result<Vec<OomFeatures>, AttributionError> {
-    Ok(query("oom_features")?.bind(client, db, &window.args())?.fetch_all::<OomFeatures>().await?)
+    Ok(queries::builtin("oom_features")?.bind(client, db, &window.args())?.fetch_all::<OomFeatures>().await?)
 }
 
 /// `oom_attribution` (the rules in SQL) for the events of `window`, newest first.
@@ -315,7 +311,10 @@ pub async fn fetch_sql_attributions(
     db: &str,
     window: &FeatureWindow,
 ) -> Result<Vec<SqlAttribution>, AttributionError> {
-    Ok(query("oom_attribution")?.bind(client, db, &window.args())?.fetch_all::<SqlAttribution>().await?)
+    Ok(queries::builtin("oom_attribution")?
+        .bind(client, db, &window.args())?
+        .fetch_all::<SqlAttribution>()
+        .await?)
 }
 
 /// `oom_neighbours`: at most `top_n` neighbours per event of `window`, ranked (present first, then
@@ -328,7 +327,7 @@ pub async fn fetch_neighbours(
 ) -> Result<Vec<Neighbour>, AttributionError> {
     let mut args = window.args();
     args.push(ParamValue::UInt(u64::from(top_n)));
-    Ok(query("oom_neighbours")?.bind(client, db, &args)?.fetch_all::<Neighbour>().await?)
+    Ok(queries::builtin("oom_neighbours")?.bind(client, db, &args)?.fetch_all::<Neighbour>().await?)
 }
 
 #[cfg(test)]

@@ -26,9 +26,6 @@ pub enum AttributionError {
     /// A query or its arguments are wrong.
     #[error(transparent)]
     Query(#[from] QueryError),
-    /// A built-in query this module needs is not registered.
-    #[error("built-in query {0:?} is missing")]
-    MissingQuery(String),
     /// ClickHouse failed.
     #[error("ClickHouse: {0}")]
     ClickHouse(#[from] clickhouse::error::Error),
