@@ -114,15 +114,7 @@ impl CollectorConfig {
     where
         I: IntoIterator<Item = (String, String)>,
     {
-        let overrides = oomlens_schema::config::env_overrides(vars);
-        match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-                oomlens_schema::config::parse_layered(Some((&text, path)), &overrides)
-            }
-            None => oomlens_schema::config::parse_layered(None, &overrides),
-        }
+        oomlens_schema::config::load_layered(path, vars)
     }
 
     /// The configuration as TOML (`print-config`), with a non-empty `clickhouse.password`

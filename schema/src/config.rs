@@ -86,6 +86,25 @@ where
     out
 }
 
+/// The layered configuration of a binary: defaults, then the TOML file at `path` when given,
+/// then every `OOMLENS_<SECTION>__<KEY>` variable among `vars` ([`env_overrides`]). Command-line
+/// flags are applied on top by the binary.
+pub fn load_layered<T, I>(path: Option<&Path>, vars: I) -> Result<T, ConfigError>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + Default,
+    I: IntoIterator<Item = (String, String)>,
+{
+    let overrides = env_overrides(vars);
+    match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+            parse_layered(Some((&text, path)), &overrides)
+        }
+        None => parse_layered(None, &overrides),
+    }
+}
+
 /// Parses the configuration: defaults, then the TOML `file` (text and path) when given, then the
 /// `overrides`. Errors name the file's key and line, or the variable. A variable's value is read
 /// as the type of the key's default (a string stays a string; lists are comma-separated or a TOML
