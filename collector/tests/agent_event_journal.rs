@@ -3,6 +3,7 @@
 //! held, a restarted agent replays them, and each reaches ClickHouse exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeSet;
@@ -55,10 +56,6 @@ fn journaled_event_ids(spool_dir: &Path) -> BTreeSet<u64> {
     }
     out.extend(merger.drain().iter().map(|e| e.event_id));
     out
-}
-
-macro_rules! step {
-    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

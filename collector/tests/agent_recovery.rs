@@ -2,6 +2,7 @@
 //! the agent, and a torn/corrupt spool — every spooled row reaches ClickHouse exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,10 +157,6 @@ fn journaled_event_ids(spool_dir: &Path) -> BTreeSet<u64> {
 }
 
 /// Progress on stderr (shown when a test fails), with the time since the test started.
-macro_rules! step {
-    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
-}
-
 fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()

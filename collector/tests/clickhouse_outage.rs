@@ -6,6 +6,7 @@
 //! while the bytes-in-flight caps pushed back on the agents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::net::SocketAddr;
@@ -21,10 +22,6 @@ const OUTAGE: Duration = Duration::from_secs(60);
 const MEMORY_CAP: u64 = 128 << 20;
 /// Per-connection cap, small so that two agents hit it during the outage.
 const CONNECTION_CAP: u64 = 64 << 10;
-
-macro_rules! step {
-    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clickhouse_killed_for_60_s_loses_and_duplicates_nothing_within_the_memory_cap() {

@@ -15,6 +15,7 @@
 //!   and the built-in queries must still answer the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::net::SocketAddr;
@@ -25,10 +26,6 @@ use common::*;
 use oomlens_collector::config::CollectorConfig;
 use oomlens_collector::fault::{self, FaultPoint};
 use oomlens_collector::queries::{self, ParamValue};
-
-macro_rules! step {
-    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
-}
 
 /// Every built-in query's answer (TSV) over `database`; `gpu_memory_curve` for GPU 0 of `node`.
 async fn answers(db: &clickhouse::Client, database: &str, node: &str) -> Vec<(String, String)> {

@@ -2,6 +2,12 @@
 //! collector and in-process agents running the simulator.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+/// Prints a progress line with the seconds since `$t0` (`--nocapture` shows where time goes).
+#[allow(unused_macros)]
+macro_rules! step {
+    ($t0:expr, $($arg:tt)*) => { eprintln!("[{:>6.2}s] {}", $t0.elapsed().as_secs_f64(), format!($($arg)*)) };
+}
+
 pub mod exact;
 
 use std::net::SocketAddr;
