@@ -15,7 +15,9 @@
 
 use std::fmt::Write as _;
 
-use crate::rows::{AgentRow, ColumnDef, GpuSampleRow, OomEventRow, ProcessSampleRow, Storage, TableRow};
+use crate::rows::{
+    AgentRow, ColumnDef, GpuSampleRow, OomAttributionRow, OomEventRow, ProcessSampleRow, Storage, TableRow,
+};
 
 /// A ClickHouse server version, as `SELECT version()` prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,7 +150,7 @@ fn spec<R: TableRow>(engine: Engine, order_by: &'static str, partition: Partitio
 
 /// The tables, in creation order.
 pub fn tables() -> Vec<TableSpec> {
-    vec![
+    let mut tables = vec![
         spec::<GpuSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms", Partition::Day),
         spec::<ProcessSampleRow>(Engine::MergeTree, "cluster, node, gpu_index, ts_ms, pid", Partition::Day),
         spec::<OomEventRow>(
@@ -161,7 +163,22 @@ pub fn tables() -> Vec<TableSpec> {
             "cluster, node, agent_id, boot_id",
             Partition::Month,
         ),
-    ]
+    ];
+    tables.push(attribution_table());
+    tables
+}
+
+/// `oom_attributions`: one row per OOM event (cluster, node, event_id) with its features, the
+/// rules' answer and its top neighbours, written by the collector's attributor. Re-attributing an
+/// event inserts a newer row (`attributed_ms`) that replaces the older one on merge; readers
+/// deduplicate by key before merges. Same sort key and day partitions as `oom_events` (the
+/// readers select a time window) and the same retention.
+pub fn attribution_table() -> TableSpec {
+    spec::<OomAttributionRow>(
+        Engine::ReplacingMergeTree(Some("attributed_ms")),
+        "cluster, ts_ms, node, event_id",
+        Partition::Day,
+    )
 }
 
 /// The `DateTime` expression of `ts_ms` (seconds resolution) used for partitions and TTL.
@@ -180,7 +197,7 @@ impl TableSpec {
     pub fn retention_days(&self, retention: Retention) -> u32 {
         match self.name {
             "gpu_samples" | "process_samples" => retention.samples_days,
-            "oom_events" => retention.events_days,
+            "oom_events" | "oom_attributions" => retention.events_days,
             _ => 0,
         }
     }

@@ -280,6 +280,162 @@ row_table! {
     }
 }
 
+row_table! {
+    /// The stored attribution of one OOM event (table `oom_attributions`, a ReplacingMergeTree
+    /// keyed by event and versioned by `attributed_ms`), written by the collector's attributor:
+    /// every feature the rules read (the `oom_features` row, so the rules can be re-run on read),
+    /// the rules' answer at store time and the event's top-ranked neighbours (parallel arrays).
+    /// Field order from `cluster` to `others_bytes` equals the collector's `OomFeatures`.
+    pub struct OomAttributionRow in "oom_attributions" {
+        /// Cluster.
+        pub cluster: String => LowCardinality,
+        /// Node.
+        pub node: String => LowCardinality,
+        /// Event id.
+        pub event_id: u64 => Plain,
+        /// Failure time, Unix epoch ms.
+        pub ts_ms: i64 => TS,
+        /// Event kind.
+        pub kind: String => LowCardinality,
+        /// Detector.
+        pub source: String => LowCardinality,
+        /// Framework.
+        pub framework: String => LowCardinality,
+        /// Failing GPU.
+        pub gpu_index: Option<u32> => Plain,
+        /// Failing process.
+        pub pid: Option<u32> => Plain,
+        /// Workload.
+        pub workload: String => LowCardinality,
+        /// Simulator ground truth ('' for real events).
+        pub truth_scenario: String => LowCardinality,
+        /// Phase as reported.
+        pub phase: String => LowCardinality,
+        /// Reported or inferred phase.
+        pub phase_effective: String => LowCardinality,
+        /// `reported`, `inferred` or `unknown`.
+        pub phase_source: String => LowCardinality,
+        /// Size of the failed allocation.
+        pub requested_bytes: Option<u64> => Plain,
+        /// GPU capacity.
+        pub capacity_bytes: Option<u64> => Plain,
+        /// Free GPU memory at the failure.
+        pub free_bytes: Option<u64> => Plain,
+        /// Allocated by the caching allocator.
+        pub allocated_bytes: Option<u64> => Plain,
+        /// Reserved by the caching allocator.
+        pub reserved_bytes: Option<u64> => Plain,
+        /// GPU memory of the failing process.
+        pub process_used_bytes: Option<u64> => Plain,
+        /// Xid number.
+        pub xid: Option<u32> => Plain,
+        /// Host RSS of a killed process.
+        pub host_rss_bytes: Option<u64> => Plain,
+        /// Parameter count.
+        pub params: Option<u64> => Plain,
+        /// Micro-batch.
+        pub batch_size: Option<u32> => Plain,
+        /// Sequence length.
+        pub seq_len: Option<u32> => Plain,
+        /// Hidden size.
+        pub hidden: Option<u32> => Plain,
+        /// Layers.
+        pub layers: Option<u32> => Plain,
+        /// Attention heads.
+        pub heads: Option<u32> => Plain,
+        /// Precision.
+        pub precision: String => LowCardinality,
+        /// Optimizer.
+        pub optimizer: String => LowCardinality,
+        /// ZeRO stage.
+        pub zero_stage: Option<u8> => Plain,
+        /// Tensor parallel degree.
+        pub tensor_parallel: Option<u32> => Plain,
+        /// Pipeline parallel degree.
+        pub pipeline_parallel: Option<u32> => Plain,
+        /// Data parallel degree.
+        pub data_parallel: Option<u32> => Plain,
+        /// Activation checkpointing (0/1).
+        pub activation_checkpointing: Option<u8> => Plain,
+        /// FlashAttention (0/1).
+        pub flash_attention: Option<u8> => Plain,
+        /// The failing process's memory found in the message's process list (no pid), else 0.
+        pub own_listed_bytes: u64 => Plain,
+        /// Process used − reserved.
+        pub context_bytes: Option<u64> => Plain,
+        /// Reserved − allocated.
+        pub cached_free_bytes: Option<u64> => Plain,
+        /// Source of `need_alone_bytes`.
+        pub need_alone_from: String => LowCardinality,
+        /// What the process alone needed at the failure.
+        pub need_alone_bytes: Option<u64> => Plain,
+        /// Parameters held per GPU.
+        pub params_per_gpu: Option<u64> => Plain,
+        /// Weight bytes per parameter.
+        pub weight_bytes_per_param: Option<u8> => Plain,
+        /// Optimizer-state bytes per parameter.
+        pub optimizer_bytes_per_param: Option<u8> => Plain,
+        /// The data-parallel degree ZeRO shards over.
+        pub zero_divisor: u32 => Plain,
+        /// Static estimate from the job shape.
+        pub static_estimate_bytes: Option<u64> => Plain,
+        /// One layer's attention score matrix.
+        pub attention_bytes: Option<u64> => Plain,
+        /// Other processes listed in the message.
+        pub others_listed: u64 => Plain,
+        /// Their memory.
+        pub others_listed_bytes: u64 => Plain,
+        /// Look-back window the features were computed with, ms.
+        pub window_ms: i64 => Plain,
+        /// Distinct sample times of the failing process in the window.
+        pub own_samples: u64 => Plain,
+        /// Its first sample time in the window.
+        pub own_first_ts: i64 => Plain,
+        /// Its memory at that first sample.
+        pub own_first_used: u64 => Plain,
+        /// Its floor in the window.
+        pub own_min_used: u64 => Plain,
+        /// Its peak in the window.
+        pub own_max_used: u64 => Plain,
+        /// Its last sample before the failure.
+        pub own_last_used: u64 => Plain,
+        /// Peak − floor.
+        pub own_swing_bytes: Option<u64> => Plain,
+        /// Other processes seen on the GPU in the window.
+        pub others_seen: u64 => Plain,
+        /// Their memory at their first sample.
+        pub others_first_bytes: u64 => Plain,
+        /// Their memory at the failure.
+        pub others_last_bytes: u64 => Plain,
+        /// Without a pid: the failing process's share of `others_last_bytes`.
+        pub own_sampled_bytes: u64 => Plain,
+        /// Their growth in the window.
+        pub others_growth_bytes: i64 => Plain,
+        /// The largest growth of one of them.
+        pub top_neighbour_growth_bytes: i64 => Plain,
+        /// Memory of the other processes at the failure.
+        pub others_bytes: Option<u64> => Plain,
+        /// The rules' scenario at store time.
+        pub scenario: String => LowCardinality,
+        /// The rule that fired at store time.
+        pub rule: String => LowCardinality,
+        /// Confidence at store time, percent.
+        pub confidence_pct: u8 => Plain,
+        /// Version of the rule set that produced `scenario`, `rule` and `confidence_pct`.
+        pub rules_version: u32 => Plain,
+        /// When the attributor stored this row, Unix epoch ms (the ReplacingMergeTree version).
+        pub attributed_ms: i64 => Plain,
+        /// Top-ranked neighbours' workloads (parallel arrays, best first).
+        pub neighbour_workloads: Vec<String> => Plain,
+        /// Their pids.
+        pub neighbour_pids: Vec<u32> => Plain,
+        /// Their GPU memory at their last sample before the failure.
+        pub neighbour_used_bytes: Vec<u64> => Plain,
+        /// Their growth in the window (last − first sample).
+        pub neighbour_growth_bytes: Vec<i64> => Plain,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +451,7 @@ mod tests {
         same_fields::<ProcessSampleRow>();
         same_fields::<OomEventRow>();
         same_fields::<AgentRow>();
+        same_fields::<OomAttributionRow>();
     }
 
     #[test]
