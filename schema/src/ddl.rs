@@ -15,6 +15,8 @@
 
 use std::fmt::Write as _;
 
+pub mod rollups;
+
 use crate::rows::{
     AgentRow, ColumnDef, GpuSampleRow, OomAttributionRow, OomEventRow, ProcessSampleRow, Storage, TableRow,
 };
@@ -391,14 +393,15 @@ pub fn create_database_sql(database: &str, cluster: Option<&ClusterDdl>) -> Stri
 }
 
 /// Every statement of the schema in execution order: for one server the tables; for a cluster
-/// the database, then per table its `_local` storage table and its `Distributed` table.
+/// the database, then per table its `_local` storage table and its `Distributed` table. The
+/// per-minute rollups and their materialized views ([`rollups::rollups_sql`]) come last.
 pub fn schema_sql(
     database: &str,
     caps: ServerCaps,
     retention: Retention,
     cluster: Option<&ClusterDdl>,
 ) -> Vec<String> {
-    match cluster {
+    let mut stmts: Vec<String> = match cluster {
         None => tables().iter().map(|t| t.create_sql(database, caps, retention)).collect(),
         Some(c) => std::iter::once(create_database_sql(database, Some(c)))
             .chain(tables().iter().flat_map(|t| {
@@ -408,7 +411,9 @@ pub fn schema_sql(
                 ]
             }))
             .collect(),
-    }
+    };
+    stmts.extend(rollups::rollups_sql(database, caps, retention, cluster));
+    stmts
 }
 
 /// One line of `DESCRIBE TABLE`.
@@ -565,7 +570,7 @@ mod tests {
         let caps = "18.16.1".parse::<ServerVersion>().unwrap().caps();
         let plain = ClusterDdl { name: "oomlens_c".into(), on_cluster: false, replicated: false };
         let stmts = schema_sql("db1", caps, Retention::default(), Some(&plain));
-        assert_eq!(stmts.len(), 1 + 2 * tables().len());
+        assert_eq!(stmts.len(), 1 + 2 * tables().len() + 3 * rollups::rollups().len());
         assert_eq!(stmts[0], "CREATE DATABASE IF NOT EXISTS db1");
         for (i, t) in tables().iter().enumerate() {
             let local = &stmts[1 + 2 * i];
@@ -630,7 +635,7 @@ mod tests {
         );
         // One server: unchanged.
         let single = schema_sql("oomlens", caps, Retention::default(), None);
-        assert_eq!(single.len(), tables().len());
+        assert_eq!(single.len(), tables().len() + 2 * rollups::rollups().len());
         assert!(single.iter().all(|s| !s.contains("_local") && !s.contains("Distributed")));
     }
 }
