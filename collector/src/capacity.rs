@@ -3,10 +3,11 @@
 //!
 //! This module owns the report: headroom (p50/p95/p99/max of used/total and the share of samples
 //! at or above 90 %, `collector/sql/capacity_headroom*.sql`), OOM counts and rates per attributed
-//! scenario (the events of `capacity_events.sql` with [`crate::attribution::attribute_window`]),
-//! the workloads closest to the edge, the most frequent noisy neighbours and the co-scheduling
-//! pairs that precede OOMs ([`crate::attribution::features::fetch_neighbours`]), rendered as text,
-//! JSON and a self-contained HTML page with inline SVG charts.
+//! scenario (the events of `capacity_events.sql` with their attributions), the workloads closest to
+//! the edge, the most frequent noisy neighbours and the co-scheduling pairs that precede OOMs (the
+//! top 3 ranked neighbours of each event), rendered as text, JSON and a self-contained HTML page
+//! with inline SVG charts. Attributions and neighbours come from the stored `oom_attributions`
+//! ([`crate::attribution::store::read_window`]; events not stored yet are computed live).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -274,9 +275,12 @@ pub async fn build(
         .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
         .fetch_all::<CapacityEvent>()
         .await?;
+    // Stored attributions and their stored top neighbours; events not stored yet are computed
+    // live (attribution::store::read_window).
     let window = FeatureWindow { since_ms, until_ms, window_ms };
-    let attributed = attribution::attribute_window(client, db, &window).await?;
+    let attributed = attribution::store::read_window(client, db, &window, true).await?;
     let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
+        .events
         .iter()
         .map(|e| {
             (
@@ -285,7 +289,7 @@ pub async fn build(
             )
         })
         .collect();
-    let neighbours = attribution::features::fetch_neighbours(client, db, &window, 3).await?;
+    let neighbours = &attributed.neighbours;
     tracing::debug!(
         groups = rows.len(),
         events = events.len(),
@@ -369,20 +373,20 @@ pub async fn build(
     let mut pairs: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut seen_top: std::collections::HashSet<(&str, &str, u64)> = Default::default();
     let mut seen_pair: std::collections::HashSet<(&str, &str, u64, &str)> = Default::default();
-    for n in &neighbours {
+    for n in neighbours {
         let id = (n.cluster.as_str(), n.node.as_str(), n.event_id);
         let failed = workload_of.get(&id).copied().unwrap_or("");
-        if n.growth_bytes > 0 && n.neighbour_workload != failed && seen_top.insert(id) {
-            let e = noisy.entry(n.neighbour_workload.clone()).or_default();
+        if n.growth_bytes > 0 && n.workload != failed && seen_top.insert(id) {
+            let e = noisy.entry(n.workload.clone()).or_default();
             e.0 += 1;
             e.1 += n.growth_bytes;
         }
         if !failed.is_empty()
-            && !n.neighbour_workload.is_empty()
-            && n.neighbour_workload != failed
-            && seen_pair.insert((id.0, id.1, id.2, n.neighbour_workload.as_str()))
+            && !n.workload.is_empty()
+            && n.workload != failed
+            && seen_pair.insert((id.0, id.1, id.2, n.workload.as_str()))
         {
-            *pairs.entry((failed.to_owned(), n.neighbour_workload.clone())).or_default() += 1;
+            *pairs.entry((failed.to_owned(), n.workload.clone())).or_default() += 1;
         }
     }
     let mut noisy: Vec<NoisyNeighbour> = noisy

@@ -52,6 +52,8 @@ builtin![
     "capacity_events",
     "top_gpus",
     "top_processes",
+    "attribution_pending",
+    "attribution_breakdown",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -126,10 +126,10 @@ async fn migrate_is_idempotent_and_adds_missing_columns() {
     let ch = Ch::connect(&cfg).await.unwrap();
     assert!(ch.version().major >= 18, "{:?}", ch.version());
     let first = ch.migrate().await.unwrap();
-    assert_eq!(first.created, ["gpu_samples", "process_samples", "oom_events", "agents"]);
+    assert_eq!(first.created, ["gpu_samples", "process_samples", "oom_events", "agents", "oom_attributions"]);
     let second = ch.migrate().await.unwrap();
     assert!(second.created.is_empty() && second.added_columns.is_empty(), "{second}");
-    assert_eq!(second.existing.len(), 4);
+    assert_eq!(second.existing.len(), 5);
     ch.check_schema().await.unwrap();
 
     // A table from an older collector lacks a column: migrate adds it.
@@ -390,10 +390,14 @@ async fn retention_drops_old_day_partitions_without_ttl() {
         report.dropped,
         [
             ("gpu_samples".to_owned(), "20251122".to_owned()),
-            ("process_samples".to_owned(), "20251122".to_owned())
+            ("process_samples".to_owned(), "20251122".to_owned()),
+            // The per-minute rollups expire with the samples.
+            ("gpu_minutes".to_owned(), "20251122".to_owned()),
+            ("process_minutes".to_owned(), "20251122".to_owned())
         ]
     );
     assert_eq!(count(&ch, "gpu_samples", "node-e").await, 3);
+    assert!(count(&ch, "gpu_minutes", "node-e").await > 0, "the recent minutes stay");
     assert_eq!(count(&ch, "process_samples", "node-e").await, 2);
     assert_eq!(count(&ch, "oom_events", "node-e").await, 2, "events keep 365 days");
     // Idempotent.

@@ -5,14 +5,19 @@
 //!   computed in ClickHouse (`collector/sql/oom_features.sql`).
 //! * [`rules`] — the ordered rule set: features → scenario, confidence, evidence, remedy.
 //! * [`accuracy`] — confusion matrix, precision / recall against the simulator's ground truth.
+//! * [`store`] — `oom_attributions`: each event's features, answer and top neighbours stored once
+//!   by the attributor (periodic in the collector, `oomlens attribute` on demand), read by reports.
 //!
 //! [`attribute_window`] is the entry point for reports: every event of a time window with its
-//! features and attribution, newest first; [`explain_event`] is the one for a postmortem of one
-//! event (with its ranked neighbours). The rules never read `truth_scenario`.
+//! features and attribution, newest first — stored rows (the current rules re-run on their
+//! features) plus the events not stored yet, computed live; [`explain_event`] is the one for a
+//! postmortem of one event (with its ranked neighbours), always computed live. The rules never
+//! read `truth_scenario`.
 
 pub mod accuracy;
 pub mod features;
 pub mod rules;
+pub mod store;
 
 pub use accuracy::ConfusionMatrix;
 pub use features::{FeatureWindow, Neighbour, OomFeatures, SqlAttribution};
@@ -40,8 +45,20 @@ pub struct AttributedEvent {
     pub attribution: Attribution,
 }
 
-/// Every event of `window` (deduplicated), attributed, newest first.
+/// Every event of `window` (deduplicated), attributed, newest first: the stored attributions of
+/// the window computed with the same look-back (the rules re-run on the stored features) and the
+/// others computed live ([`store::read_window`]).
 pub async fn attribute_window(
+    client: &clickhouse::Client,
+    db: &str,
+    window: &FeatureWindow,
+) -> Result<Vec<AttributedEvent>, AttributionError> {
+    Ok(store::read_window(client, db, window, false).await?.events)
+}
+
+/// Every event of `window` (deduplicated), attributed from features computed now from the
+/// samples (`oom_features`), newest first; ignores the stored attributions.
+pub async fn attribute_window_live(
     client: &clickhouse::Client,
     db: &str,
     window: &FeatureWindow,
@@ -81,7 +98,7 @@ pub async fn explain_event(
 ) -> Result<Option<ExplainedEvent>, AttributionError> {
     let window = FeatureWindow { since_ms: ts_ms, until_ms: ts_ms.saturating_add(1), window_ms };
     let is_it = |c: &str, n: &str, id: u64| c == cluster && n == node && id == event_id;
-    let Some(event) = attribute_window(client, db, &window)
+    let Some(event) = attribute_window_live(client, db, &window)
         .await?
         .into_iter()
         .find(|e| is_it(&e.features.cluster, &e.features.node, e.features.event_id))

@@ -25,6 +25,11 @@ use crate::report::human_bytes;
 
 const MIB: u64 = 1 << 20;
 
+/// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
+/// Bump it when a rule, its order or its confidence changes: readers always re-run the current
+/// rules on the stored features; the version tells which rules the stored `scenario` came from.
+pub const RULES_VERSION: u32 = 1;
+
 /// One rule of the ordered set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,665 @@
+//! Stored attributions (`oom_attributions`, issue 5 §5): each OOM event's features, the rules'
+//! answer and its top-ranked neighbours are computed **once**, after the event has settled, and
+//! reports read that table instead of re-reading every process sample at query time.
+//!
+//! * [`attribute_pending`] — the attributor: finds the events of a time range that have no stored
+//!   row yet (`collector/sql/attribution_pending.sql`) and are older than the settle delay,
+//!   computes their features (`oom_features`) and neighbours (`oom_neighbours`) in bounded chunks
+//!   of events and time, runs the rules and inserts one row per event. Idempotent: a second pass
+//!   finds nothing pending. The collector runs it periodically ([`spawn_attributor`]);
+//!   `oomlens attribute` runs it on demand (backfill).
+//! * [`read_window`] — the readers' side: the stored rows of a window (deduplicated by event key
+//!   before merges, the latest `attributed_ms` wins; the **current** rules re-run on the stored
+//!   features, so a rules upgrade needs no recompute) plus the events of the window not stored
+//!   yet, computed live over the narrow time spans they cover.
+//!
+//! Stored rows are used only when they were computed with the look-back the reader asks for
+//! (`window_ms`); otherwise everything is computed live, as before the table existed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use oomlens_schema::rows::{OomAttributionRow, TableRow};
+use serde::{Deserialize, Serialize};
+
+use super::features::{self, DEFAULT_WINDOW_MS, FeatureWindow, Neighbour, OomFeatures};
+use super::rules::{RULES_VERSION, attribute};
+use super::{AttributedEvent, AttributionError};
+use crate::queries::{self, ParamValue, QueryError};
+
+/// Neighbours stored per event (the capacity report ranks the top 3).
+pub const STORED_NEIGHBOURS: u32 = 3;
+
+/// Default settle delay: an event is attributed once it and its latest copy are this old, so the
+/// samples up to the failure have arrived.
+pub const DEFAULT_SETTLE_MS: i64 = 120_000;
+
+/// Default most events per chunk (one `oom_features` + one `oom_neighbours` query each).
+pub const DEFAULT_CHUNK_EVENTS: usize = 5_000;
+
+/// Default longest time span of one chunk.
+pub const DEFAULT_CHUNK_SPAN_MS: i64 = 6 * 3_600_000;
+
+/// What [`attribute_pending`] attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttributeOptions {
+    /// Events at or after this time (Unix epoch ms).
+    pub since_ms: i64,
+    /// Events before this time.
+    pub until_ms: i64,
+    /// The current time (Unix epoch ms); with `settle_ms` it decides which events have settled.
+    pub now_ms: i64,
+    /// Only events that failed, and whose latest copy arrived, at least this long before `now_ms`.
+    pub settle_ms: i64,
+    /// Look-back before each failure for the features and neighbours.
+    pub window_ms: i64,
+    /// Most events per chunk.
+    pub chunk_events: usize,
+    /// Longest time span of a chunk (from its first to its last event).
+    pub chunk_span_ms: i64,
+    /// Re-attribute stored events too (their rows are replaced).
+    pub force: bool,
+}
+
+impl AttributeOptions {
+    /// Every settled event of `[since_ms, until_ms)` at `now_ms`, with the defaults.
+    pub fn new(since_ms: i64, until_ms: i64, now_ms: i64) -> Self {
+        AttributeOptions {
+            since_ms,
+            until_ms,
+            now_ms,
+            settle_ms: DEFAULT_SETTLE_MS,
+            window_ms: DEFAULT_WINDOW_MS,
+            chunk_events: DEFAULT_CHUNK_EVENTS,
+            chunk_span_ms: DEFAULT_CHUNK_SPAN_MS,
+            force: false,
+        }
+    }
+}
+
+/// What one [`attribute_pending`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AttributeReport {
+    /// Settled events without a stored row (all settled events with `force`).
+    pub pending: u64,
+    /// Rows inserted.
+    pub attributed: u64,
+    /// Chunks computed.
+    pub chunks: u64,
+}
+
+/// One event key with its failure time, as `attribution_pending` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, clickhouse::Row, Serialize, Deserialize)]
+pub struct EventKey {
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// Event id.
+    pub event_id: u64,
+    /// Failure time.
+    pub ts_ms: i64,
+}
+
+type Key = (String, String, u64);
+
+fn key_of(cluster: &str, node: &str, event_id: u64) -> Key {
+    (cluster.to_owned(), node.to_owned(), event_id)
+}
+
+/// One ranked neighbour of an event as the reports use it (stored or computed live).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankedNeighbour {
+    /// Cluster of the event.
+    pub cluster: String,
+    /// Node of the event.
+    pub node: String,
+    /// The event.
+    pub event_id: u64,
+    /// The neighbour's workload.
+    pub workload: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Its GPU memory at its last sample before the failure.
+    pub used_bytes: u64,
+    /// Its growth in the window.
+    pub growth_bytes: i64,
+}
+
+impl From<&Neighbour> for RankedNeighbour {
+    fn from(n: &Neighbour) -> Self {
+        RankedNeighbour {
+            cluster: n.cluster.clone(),
+            node: n.node.clone(),
+            event_id: n.event_id,
+            workload: n.neighbour_workload.clone(),
+            pid: n.neighbour_pid,
+            used_bytes: n.last_used_bytes,
+            growth_bytes: n.growth_bytes,
+        }
+    }
+}
+
+/// Conversions between [`OomFeatures`] and [`OomAttributionRow`]: the list names every field of
+/// `OomFeatures` once; both struct literals are exhaustive, so a feature added to one struct and
+/// not to the other does not compile.
+macro_rules! feature_fields {
+    ($($field:ident),* $(,)?) => {
+        /// The stored row of one event: its features, the rules' answer, its neighbours.
+        pub fn to_row(
+            f: OomFeatures,
+            neighbours: &[RankedNeighbour],
+            attributed_ms: i64,
+        ) -> OomAttributionRow {
+            let a = attribute(&f);
+            OomAttributionRow {
+                scenario: a.scenario.as_str().to_owned(),
+                rule: a.rule.id().to_owned(),
+                confidence_pct: a.confidence_pct,
+                rules_version: RULES_VERSION,
+                attributed_ms,
+                neighbour_workloads: neighbours.iter().map(|n| n.workload.clone()).collect(),
+                neighbour_pids: neighbours.iter().map(|n| n.pid).collect(),
+                neighbour_used_bytes: neighbours.iter().map(|n| n.used_bytes).collect(),
+                neighbour_growth_bytes: neighbours.iter().map(|n| n.growth_bytes).collect(),
+                $($field: f.$field,)*
+            }
+        }
+
+        /// The features of a stored row.
+        pub fn features_of(r: &OomAttributionRow) -> OomFeatures {
+            OomFeatures { $($field: r.$field.clone(),)* }
+        }
+
+        #[cfg(test)]
+        const FEATURE_FIELDS: &[&str] = &[$(stringify!($field)),*];
+    };
+}
+
+feature_fields!(
+    cluster,
+    node,
+    event_id,
+    ts_ms,
+    kind,
+    source,
+    framework,
+    gpu_index,
+    pid,
+    workload,
+    truth_scenario,
+    phase,
+    phase_effective,
+    phase_source,
+    requested_bytes,
+    capacity_bytes,
+    free_bytes,
+    allocated_bytes,
+    reserved_bytes,
+    process_used_bytes,
+    xid,
+    host_rss_bytes,
+    params,
+    batch_size,
+    seq_len,
+    hidden,
+    layers,
+    heads,
+    precision,
+    optimizer,
+    zero_stage,
+    tensor_parallel,
+    pipeline_parallel,
+    data_parallel,
+    activation_checkpointing,
+    flash_attention,
+    own_listed_bytes,
+    context_bytes,
+    cached_free_bytes,
+    need_alone_from,
+    need_alone_bytes,
+    params_per_gpu,
+    weight_bytes_per_param,
+    optimizer_bytes_per_param,
+    zero_divisor,
+    static_estimate_bytes,
+    attention_bytes,
+    others_listed,
+    others_listed_bytes,
+    window_ms,
+    own_samples,
+    own_first_ts,
+    own_first_used,
+    own_min_used,
+    own_max_used,
+    own_last_used,
+    own_swing_bytes,
+    others_seen,
+    others_first_bytes,
+    others_last_bytes,
+    own_sampled_bytes,
+    others_growth_bytes,
+    top_neighbour_growth_bytes,
+    others_bytes,
+);
+
+/// The stored neighbours of a row, best first.
+pub fn neighbours_of(r: &OomAttributionRow) -> Vec<RankedNeighbour> {
+    let n = r
+        .neighbour_workloads
+        .len()
+        .min(r.neighbour_pids.len())
+        .min(r.neighbour_used_bytes.len())
+        .min(r.neighbour_growth_bytes.len());
+    (0..n)
+        .map(|i| RankedNeighbour {
+            cluster: r.cluster.clone(),
+            node: r.node.clone(),
+            event_id: r.event_id,
+            workload: r.neighbour_workloads[i].clone(),
+            pid: r.neighbour_pids[i],
+            used_bytes: r.neighbour_used_bytes[i],
+            growth_bytes: r.neighbour_growth_bytes[i],
+        })
+        .collect()
+}
+
+/// Events of `[since_ms, until_ms)` without a stored row for `window_ms` (every event with
+/// `force`) that failed before `settled_ts_before_ms` and arrived before
+/// `settled_received_before_ms`, oldest first.
+#[allow(clippy::too_many_arguments)]
+pub async fn fetch_pending(
+    client: &clickhouse::Client,
+    db: &str,
+    since_ms: i64,
+    until_ms: i64,
+    settled_ts_before_ms: i64,
+    settled_received_before_ms: i64,
+    window_ms: i64,
+    force: bool,
+) -> Result<Vec<EventKey>, AttributionError> {
+    let args = [
+        ParamValue::Int(since_ms),
+        ParamValue::Int(until_ms),
+        ParamValue::Int(settled_ts_before_ms),
+        ParamValue::Int(settled_received_before_ms),
+        ParamValue::UInt(u64::from(force)),
+        ParamValue::Int(since_ms),
+        ParamValue::Int(until_ms),
+        ParamValue::Int(window_ms),
+    ];
+    Ok(queries::builtin("attribution_pending")?.bind(client, db, &args)?.fetch_all::<EventKey>().await?)
+}
+
+/// Splits events sorted by time into chunks of at most `max_events` events spanning at most
+/// `max_span_ms` each.
+pub fn chunks(events: &[EventKey], max_events: usize, max_span_ms: i64) -> Vec<&[EventKey]> {
+    let max_events = max_events.max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=events.len() {
+        let close = i == events.len()
+            || i - start >= max_events
+            || events[i].ts_ms.saturating_sub(events[start].ts_ms) > max_span_ms.max(0);
+        if close {
+            out.push(&events[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
+/// Features (and, with `top_n > 0`, ranked neighbours) of exactly the events of `chunk` (sorted by
+/// time), computed live over the time span they cover.
+async fn compute_chunk(
+    client: &clickhouse::Client,
+    db: &str,
+    chunk: &[EventKey],
+    window_ms: i64,
+    top_n: u32,
+) -> Result<Vec<(OomFeatures, Vec<RankedNeighbour>)>, AttributionError> {
+    let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else { return Ok(Vec::new()) };
+    let window = FeatureWindow { since_ms: first.ts_ms, until_ms: last.ts_ms.saturating_add(1), window_ms };
+    let wanted: HashSet<Key> = chunk.iter().map(|e| key_of(&e.cluster, &e.node, e.event_id)).collect();
+    let rows = features::fetch_features(client, db, &window).await?;
+    let mut ranked: HashMap<Key, Vec<RankedNeighbour>> = HashMap::new();
+    if top_n > 0 {
+        for n in features::fetch_neighbours(client, db, &window, top_n).await? {
+            let k = key_of(&n.cluster, &n.node, n.event_id);
+            if wanted.contains(&k) {
+                ranked.entry(k).or_default().push(RankedNeighbour::from(&n));
+            }
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .filter_map(|f| {
+            let k = key_of(&f.cluster, &f.node, f.event_id);
+            wanted.contains(&k).then(|| {
+                let n = ranked.remove(&k).unwrap_or_default();
+                (f, n)
+            })
+        })
+        .collect())
+}
+
+fn table(db: &str) -> Result<String, QueryError> {
+    if queries::is_identifier(db) {
+        Ok(format!("{db}.{}", OomAttributionRow::TABLE))
+    } else {
+        Err(QueryError::BadDatabase(db.to_owned()))
+    }
+}
+
+async fn insert_rows(
+    client: &clickhouse::Client,
+    db: &str,
+    rows: &[OomAttributionRow],
+) -> Result<(), AttributionError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let table = table(db)?;
+    let mut insert = client.insert_unescaped::<OomAttributionRow>(&table).await?;
+    for row in rows {
+        insert.write(row).await?;
+    }
+    insert.end().await?;
+    Ok(())
+}
+
+/// Progress of an [`attribute_pending`] pass: events done so far of the total pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Events attributed so far.
+    pub done: u64,
+    /// Events pending at the start of the pass.
+    pub total: u64,
+}
+
+/// [`attribute_pending_with_progress`] without progress reports.
+pub async fn attribute_pending(
+    client: &clickhouse::Client,
+    db: &str,
+    opts: &AttributeOptions,
+) -> Result<AttributeReport, AttributionError> {
+    attribute_pending_with_progress(client, db, opts, &mut |_| {}).await
+}
+
+/// The attributor: computes and stores the attribution of every settled event of the range that
+/// has none yet (every settled event with `force`), chunk by chunk (each chunk is inserted before
+/// the next is computed, so an interrupted pass keeps what it did and the next pass resumes).
+/// `progress` is called after each chunk.
+pub async fn attribute_pending_with_progress(
+    client: &clickhouse::Client,
+    db: &str,
+    opts: &AttributeOptions,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<AttributeReport, AttributionError> {
+    let settled = opts.now_ms.saturating_sub(opts.settle_ms.max(0));
+    let pending = fetch_pending(
+        client,
+        db,
+        opts.since_ms,
+        opts.until_ms,
+        settled,
+        settled,
+        opts.window_ms.max(0),
+        opts.force,
+    )
+    .await?;
+    let mut report = AttributeReport { pending: pending.len() as u64, ..AttributeReport::default() };
+    progress(Progress { done: 0, total: report.pending });
+    for chunk in chunks(&pending, opts.chunk_events, opts.chunk_span_ms) {
+        let computed = compute_chunk(client, db, chunk, opts.window_ms.max(0), STORED_NEIGHBOURS).await?;
+        let attributed_ms = crate::timearg::now_ms();
+        let rows: Vec<OomAttributionRow> =
+            computed.into_iter().map(|(f, n)| to_row(f, &n, attributed_ms)).collect();
+        insert_rows(client, db, &rows).await?;
+        report.chunks += 1;
+        report.attributed += rows.len() as u64;
+        tracing::debug!(
+            events = rows.len(),
+            first_ts_ms = chunk[0].ts_ms,
+            "attributed a chunk of OOM events"
+        );
+        progress(Progress { done: report.attributed, total: report.pending });
+    }
+    Ok(report)
+}
+
+/// The stored rows of the events of `[since_ms, until_ms)` computed with `window_ms`, one per
+/// event (before merges several rows of one event may exist: the latest `attributed_ms` wins).
+pub async fn fetch_stored(
+    client: &clickhouse::Client,
+    db: &str,
+    since_ms: i64,
+    until_ms: i64,
+    window_ms: i64,
+) -> Result<Vec<OomAttributionRow>, AttributionError> {
+    let columns = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES.join(", ");
+    let sql =
+        format!("SELECT {columns} FROM {} WHERE ts_ms >= ? AND ts_ms < ? AND window_ms = ?", table(db)?);
+    let rows = client
+        .query(&sql)
+        .bind(since_ms)
+        .bind(until_ms)
+        .bind(window_ms)
+        .fetch_all::<OomAttributionRow>()
+        .await?;
+    let mut latest: HashMap<Key, OomAttributionRow> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let k = key_of(&row.cluster, &row.node, row.event_id);
+        match latest.get(&k) {
+            Some(have) if have.attributed_ms >= row.attributed_ms => {}
+            _ => {
+                latest.insert(k, row);
+            }
+        }
+    }
+    Ok(latest.into_values().collect())
+}
+
+/// The attributed events of a window and (when asked for) their ranked neighbours.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowAttribution {
+    /// Every event of the window, newest first (as `oom_features` orders them).
+    pub events: Vec<AttributedEvent>,
+    /// Their top-ranked neighbours, best first per event (empty unless asked for).
+    pub neighbours: Vec<RankedNeighbour>,
+    /// How many events came from the stored table.
+    pub stored: u64,
+    /// How many were computed live (not stored yet, or stored with another look-back).
+    pub live: u64,
+}
+
+/// Every event of `window`: the stored attributions (current rules re-run on the stored
+/// features) plus the events not stored yet, computed live in chunks; with `neighbours`, also the
+/// top [`STORED_NEIGHBOURS`] neighbours of each event.
+pub async fn read_window(
+    client: &clickhouse::Client,
+    db: &str,
+    window: &FeatureWindow,
+    neighbours: bool,
+) -> Result<WindowAttribution, AttributionError> {
+    let window_ms = window.window_ms.max(0);
+    let stored = fetch_stored(client, db, window.since_ms, window.until_ms, window_ms).await?;
+    let missing =
+        fetch_pending(client, db, window.since_ms, window.until_ms, i64::MAX, i64::MAX, window_ms, false)
+            .await?;
+    let mut out =
+        WindowAttribution { stored: stored.len() as u64, live: missing.len() as u64, ..Default::default() };
+    let mut rows: Vec<(OomFeatures, Vec<RankedNeighbour>)> = stored
+        .iter()
+        .map(|r| (features_of(r), if neighbours { neighbours_of(r) } else { Vec::new() }))
+        .collect();
+    drop(stored);
+    let top_n = if neighbours { STORED_NEIGHBOURS } else { 0 };
+    for chunk in chunks(&missing, DEFAULT_CHUNK_EVENTS, DEFAULT_CHUNK_SPAN_MS) {
+        rows.extend(compute_chunk(client, db, chunk, window_ms, top_n).await?);
+    }
+    // Newest first, like oom_features; several stored rows of one event were collapsed above,
+    // and an event is either stored or missing.
+    rows.sort_by(|(a, _), (b, _)| {
+        b.ts_ms
+            .cmp(&a.ts_ms)
+            .then_with(|| (&a.cluster, &a.node, a.event_id).cmp(&(&b.cluster, &b.node, b.event_id)))
+    });
+    tracing::debug!(stored = out.stored, live = out.live, "attributions of a window");
+    for (features, n) in rows {
+        out.neighbours.extend(n);
+        let attribution = attribute(&features);
+        out.events.push(AttributedEvent { features, attribution });
+    }
+    Ok(out)
+}
+
+/// The attributor's counters (exported as metrics by the collector).
+#[derive(Debug, Default)]
+pub struct AttributorStats {
+    /// Events attributed and stored.
+    pub events_attributed: AtomicU64,
+    /// Passes completed.
+    pub passes: AtomicU64,
+    /// Passes that failed.
+    pub errors: AtomicU64,
+    /// Duration of the last pass, µs.
+    pub last_pass_us: AtomicU64,
+    /// Sum of pass durations, µs.
+    pub pass_us_sum: AtomicU64,
+    /// Events pending at the start of the last pass.
+    pub last_pending: AtomicU64,
+}
+
+/// The periodic attributor's settings (`[attribution]` of the collector configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttributorSettings {
+    /// Time between passes.
+    pub interval: Duration,
+    /// Settle delay, ms.
+    pub settle_ms: i64,
+    /// How far back each pass looks for unattributed events, ms.
+    pub lookback_ms: i64,
+    /// Look-back before each failure, ms.
+    pub window_ms: i64,
+    /// Most events per chunk.
+    pub chunk_events: usize,
+    /// Longest time span of a chunk, ms.
+    pub chunk_span_ms: i64,
+}
+
+/// Runs [`attribute_pending`] every `settings.interval` (first after one interval) over the events
+/// of the last `lookback_ms`, until the task is aborted. Failures are logged, counted and retried
+/// at the next tick.
+pub fn spawn_attributor(
+    client: clickhouse::Client,
+    db: String,
+    settings: AttributorSettings,
+    stats: Arc<AttributorStats>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now() + settings.interval;
+        let mut tick = tokio::time::interval_at(start, settings.interval.max(Duration::from_millis(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = crate::timearg::now_ms();
+            let opts = AttributeOptions {
+                since_ms: now.saturating_sub(settings.lookback_ms.max(0)),
+                until_ms: now.saturating_add(1),
+                now_ms: now,
+                settle_ms: settings.settle_ms,
+                window_ms: settings.window_ms,
+                chunk_events: settings.chunk_events,
+                chunk_span_ms: settings.chunk_span_ms,
+                force: false,
+            };
+            let started = Instant::now();
+            let result = attribute_pending(&client, &db, &opts).await;
+            let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            stats.last_pass_us.store(took, Ordering::Relaxed);
+            stats.pass_us_sum.fetch_add(took, Ordering::Relaxed);
+            match result {
+                Ok(r) => {
+                    stats.passes.fetch_add(1, Ordering::Relaxed);
+                    stats.events_attributed.fetch_add(r.attributed, Ordering::Relaxed);
+                    stats.last_pending.store(r.pending, Ordering::Relaxed);
+                    if r.attributed > 0 {
+                        tracing::info!(
+                            events = r.attributed,
+                            chunks = r.chunks,
+                            took_ms = took / 1000,
+                            "attributed OOM events"
+                        );
+                    }
+                }
+                Err(e) => {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "attribution pass failed; retrying at the next interval");
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts_ms: i64) -> EventKey {
+        EventKey { cluster: "c".into(), node: "n".into(), event_id: ts_ms as u64, ts_ms }
+    }
+
+    #[test]
+    fn chunks_bound_events_and_span() {
+        let events: Vec<EventKey> = [0, 1, 2, 3, 100, 101, 1000].into_iter().map(ev).collect();
+        let sizes = |c: Vec<&[EventKey]>| c.iter().map(|c| c.len()).collect::<Vec<_>>();
+        assert_eq!(sizes(chunks(&events, 3, 10_000)), [3, 3, 1]);
+        assert_eq!(sizes(chunks(&events, 100, 50)), [4, 2, 1]);
+        assert_eq!(sizes(chunks(&events, 0, 0)), [1, 1, 1, 1, 1, 1, 1]);
+        assert!(chunks(&[], 10, 10).is_empty());
+        let all: usize = chunks(&events, 2, 5).iter().map(|c| c.len()).sum();
+        assert_eq!(all, events.len(), "every event in exactly one chunk");
+    }
+
+    #[test]
+    fn stored_row_holds_every_feature_in_order() {
+        let features = <OomFeatures as clickhouse::Row>::COLUMN_NAMES;
+        assert_eq!(FEATURE_FIELDS, features);
+        let row = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES;
+        assert_eq!(&row[..features.len()], features, "the row starts with the features, in order");
+    }
+
+    #[test]
+    fn rows_round_trip_features_and_neighbours() {
+        let f = OomFeatures {
+            cluster: "c".into(),
+            node: "n".into(),
+            event_id: 7,
+            ts_ms: 1000,
+            kind: "host_oom_kill".into(),
+            host_rss_bytes: Some(5),
+            window_ms: 60_000,
+            ..OomFeatures::default()
+        };
+        let n = vec![RankedNeighbour {
+            cluster: "c".into(),
+            node: "n".into(),
+            event_id: 7,
+            workload: "w".into(),
+            pid: 9,
+            used_bytes: 10,
+            growth_bytes: -3,
+        }];
+        let row = to_row(f.clone(), &n, 42);
+        assert_eq!(
+            (row.scenario.as_str(), row.rule.as_str(), row.rules_version),
+            ("host_oom", "host_oom_kill", RULES_VERSION)
+        );
+        assert_eq!(row.attributed_ms, 42);
+        assert_eq!(features_of(&row), f);
+        assert_eq!(neighbours_of(&row), n);
+    }
+}
