@@ -1,5 +1,5 @@
 -- name: capacity_headroom
--- description: GPU memory headroom per group (by = cluster, node, namespace or workload) in a time window: GPUs, samples, p50/p95/p99 and max of used/total, samples at or above 90 %. A GPU sample belongs to the workload (namespace) holding the most memory on that GPU in its minute ('' when no process was seen). GPU samples re-sent with the same key are collapsed.
+-- description: GPU memory headroom per group (by = cluster, node, namespace or workload) in a time window of whole minutes (a minute counts when it starts in the window): GPUs, samples, p50/p95/p99 (to 0.1 %, rounded down) and max of used/total, samples at or above 90 %. A GPU sample belongs to the workload (namespace) holding the most memory on that GPU in its minute ('' when no process was seen). Reads the per-minute rollups gpu_minutes and process_minutes; GPU samples re-sent with the same time are counted once.
 -- param: by String = node
 -- param: gpus_since_ms Int64 = 0
 -- param: gpus_until_ms Int64 = 9223372036854775807
@@ -7,56 +7,56 @@
 -- param: processes_until_ms Int64 = 9223372036854775807
 --
 -- Bind the same window twice (18.16 has no reusable parameters); the group key picks one of the
--- candidate columns by name with indexOf, so one placeholder serves every grouping. The GPU samples
--- are first reduced per GPU and minute (the distinct (time, used/total) points of the minute — re-sent samples
--- collapse there — and the max), which keeps memory bounded at fleet scale (100 M samples).
+-- candidate columns by name with indexOf, so one placeholder serves every grouping. The rollup
+-- states are merged per GPU, minute and 0.1 % bucket first (exact before background merges:
+-- uniqExact of the sample times, so a re-sent sample counts once); the quantiles are then weighted
+-- by those counts over the buckets (quantilesExactWeighted: no interpolation, bucket lower bounds).
+-- Ties for the largest process in a minute go to the greatest (workload, namespace).
 SELECT
     group_key,
     uniqExact(cluster, node, gpu_index) AS gpus,
-    sum(length(minute_points)) AS samples,
-    quantilesArray(0.5, 0.95, 0.99)(arrayMap(p -> tupleElement(p, 2), minute_points)) AS used_quantiles,
-    max(minute_max) AS used_max,
-    sum(arrayCount(p -> tupleElement(p, 2) >= 0.9, minute_points)) AS samples_above_90,
-    min(minute_first_ts) AS first_ts_ms,
-    max(minute_last_ts) AS last_ts_ms
+    sum(n) AS samples,
+    arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(used_permille, n)) AS used_quantiles,
+    max(bucket_max) AS used_max,
+    sumIf(n, used_permille >= 900) AS samples_above_90,
+    min(bucket_first_ts) AS first_ts_ms,
+    max(bucket_last_ts) AS last_ts_ms
 FROM
 (
     SELECT
-        cluster, node, gpu_index,
-        [toString(cluster), toString(node), namespace, workload][indexOf(['cluster', 'node', 'namespace', 'workload'], ?)] AS group_key,
-        minute_points, minute_max, minute_first_ts, minute_last_ts
+        cluster, node, gpu_index, used_permille, n, bucket_max, bucket_first_ts, bucket_last_ts,
+        [toString(cluster), toString(node), namespace, workload][indexOf(['cluster', 'node', 'namespace', 'workload'], ?)] AS group_key
     FROM
     (
         SELECT
-            cluster, node, gpu_index, intDiv(ts_ms, 60000) AS minute,
-            arrayDistinct(groupArray((ts_ms, ratio))) AS minute_points,
-            max(ratio) AS minute_max,
-            min(ts_ms) AS minute_first_ts,
-            max(ts_ms) AS minute_last_ts
-        FROM
-        (
-            SELECT cluster, node, gpu_index, ts_ms, toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) AS ratio
-            FROM {db}.gpu_samples
-            WHERE ts_ms >= ? AND ts_ms < ? AND memory_total_bytes > 0 AND isNotNull(memory_used_bytes)
-        )
-        GROUP BY cluster, node, gpu_index, minute
+            cluster, node, gpu_index, minute_ms, used_permille,
+            uniqExactMerge(samples) AS n,
+            maxMerge(used_max) AS bucket_max,
+            minMerge(first_ts_ms) AS bucket_first_ts,
+            maxMerge(last_ts_ms) AS bucket_last_ts
+        FROM {db}.gpu_minutes
+        WHERE minute_ms >= ? AND minute_ms < ?
+        GROUP BY cluster, node, gpu_index, minute_ms, used_permille
     ) AS gpu
     ALL LEFT JOIN
     (
-        SELECT cluster, node, gpu_index, minute, argMax(p_workload, used) AS workload, argMax(p_namespace, used) AS namespace
+        SELECT
+            cluster, node, gpu_index, minute_ms,
+            argMax(p_workload, (used, p_workload, p_namespace)) AS workload,
+            argMax(p_namespace, (used, p_workload, p_namespace)) AS namespace
         FROM
         (
             SELECT
-                cluster, node, gpu_index, intDiv(ts_ms, 60000) AS minute,
+                cluster, node, gpu_index, minute_ms,
                 toString(workload) AS p_workload,
-                label_values[indexOf(label_keys, 'namespace')] AS p_namespace,
-                max(ifNull(used_bytes, 0)) AS used
-            FROM {db}.process_samples
-            WHERE ts_ms >= ? AND ts_ms < ?
-            GROUP BY cluster, node, gpu_index, minute, p_workload, p_namespace
+                toString(namespace) AS p_namespace,
+                maxMerge(used_max) AS used
+            FROM {db}.process_minutes
+            WHERE minute_ms >= ? AND minute_ms < ?
+            GROUP BY cluster, node, gpu_index, minute_ms, p_workload, p_namespace
         )
-        GROUP BY cluster, node, gpu_index, minute
-    ) AS top_process USING (cluster, node, gpu_index, minute)
+        GROUP BY cluster, node, gpu_index, minute_ms
+    ) AS top_process USING (cluster, node, gpu_index, minute_ms)
 )
 GROUP BY group_key
 ORDER BY group_key

@@ -1,34 +1,30 @@
 -- name: capacity_headroom_gpu_model
--- description: GPU memory headroom per GPU model (the name the agents reported, '' when unknown) in a time window: GPUs, samples, p50/p95/p99 and max of used/total, samples at or above 90 %. GPU samples re-sent with the same key are collapsed.
+-- description: GPU memory headroom per GPU model (the name the agents reported, '' when unknown) in a time window of whole minutes (a minute counts when it starts in the window): GPUs, samples, p50/p95/p99 (to 0.1 %, rounded down) and max of used/total, samples at or above 90 %. Reads the per-minute rollup gpu_minutes; GPU samples re-sent with the same time are counted once.
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 --
--- The GPU samples are first reduced per GPU and minute (the distinct (time, used/total) points of
--- the minute — re-sent samples collapse there — and the max), which keeps memory bounded at fleet scale.
+-- The rollup states are merged per GPU, minute and 0.1 % bucket first (exact before background
+-- merges); the quantiles are weighted by the distinct sample counts over the buckets.
 SELECT
     group_key,
     uniqExact(cluster, node, gpu_index) AS gpus,
-    sum(length(minute_points)) AS samples,
-    quantilesArray(0.5, 0.95, 0.99)(arrayMap(p -> tupleElement(p, 2), minute_points)) AS used_quantiles,
-    max(minute_max) AS used_max,
-    sum(arrayCount(p -> tupleElement(p, 2) >= 0.9, minute_points)) AS samples_above_90,
-    min(minute_first_ts) AS first_ts_ms,
-    max(minute_last_ts) AS last_ts_ms
+    sum(n) AS samples,
+    arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(used_permille, n)) AS used_quantiles,
+    max(bucket_max) AS used_max,
+    sumIf(n, used_permille >= 900) AS samples_above_90,
+    min(bucket_first_ts) AS first_ts_ms,
+    max(bucket_last_ts) AS last_ts_ms
 FROM
 (
     SELECT
-        cluster, node, gpu_index, intDiv(ts_ms, 60000) AS minute,
-        arrayDistinct(groupArray((ts_ms, ratio))) AS minute_points,
-        max(ratio) AS minute_max,
-        min(ts_ms) AS minute_first_ts,
-        max(ts_ms) AS minute_last_ts
-    FROM
-    (
-        SELECT cluster, node, gpu_index, ts_ms, toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) AS ratio
-        FROM {db}.gpu_samples
-        WHERE ts_ms >= ? AND ts_ms < ? AND memory_total_bytes > 0 AND isNotNull(memory_used_bytes)
-    )
-    GROUP BY cluster, node, gpu_index, minute
+        cluster, node, gpu_index, minute_ms, used_permille,
+        uniqExactMerge(samples) AS n,
+        maxMerge(used_max) AS bucket_max,
+        minMerge(first_ts_ms) AS bucket_first_ts,
+        maxMerge(last_ts_ms) AS bucket_last_ts
+    FROM {db}.gpu_minutes
+    WHERE minute_ms >= ? AND minute_ms < ?
+    GROUP BY cluster, node, gpu_index, minute_ms, used_permille
 ) AS gpu
 ALL LEFT JOIN
 (

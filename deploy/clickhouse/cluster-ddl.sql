@@ -203,3 +203,220 @@ CREATE TABLE IF NOT EXISTS oomlens.agents ON CLUSTER oomlens (
     ts DateTime64(3, 'UTC') ALIAS fromUnixTimestamp64Milli(ts_ms, 'UTC')
 )
 ENGINE = Distributed(oomlens, oomlens, agents_local, cityHash64(cluster, node));
+CREATE TABLE IF NOT EXISTS oomlens.oom_attributions_local ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    event_id UInt64,
+    ts_ms Int64 CODEC(Delta, ZSTD(1)),
+    kind LowCardinality(String),
+    source LowCardinality(String),
+    framework LowCardinality(String),
+    gpu_index Nullable(UInt32),
+    pid Nullable(UInt32),
+    workload LowCardinality(String),
+    truth_scenario LowCardinality(String),
+    phase LowCardinality(String),
+    phase_effective LowCardinality(String),
+    phase_source LowCardinality(String),
+    requested_bytes Nullable(UInt64),
+    capacity_bytes Nullable(UInt64),
+    free_bytes Nullable(UInt64),
+    allocated_bytes Nullable(UInt64),
+    reserved_bytes Nullable(UInt64),
+    process_used_bytes Nullable(UInt64),
+    xid Nullable(UInt32),
+    host_rss_bytes Nullable(UInt64),
+    params Nullable(UInt64),
+    batch_size Nullable(UInt32),
+    seq_len Nullable(UInt32),
+    hidden Nullable(UInt32),
+    layers Nullable(UInt32),
+    heads Nullable(UInt32),
+    precision LowCardinality(String),
+    optimizer LowCardinality(String),
+    zero_stage Nullable(UInt8),
+    tensor_parallel Nullable(UInt32),
+    pipeline_parallel Nullable(UInt32),
+    data_parallel Nullable(UInt32),
+    activation_checkpointing Nullable(UInt8),
+    flash_attention Nullable(UInt8),
+    own_listed_bytes UInt64,
+    context_bytes Nullable(UInt64),
+    cached_free_bytes Nullable(UInt64),
+    need_alone_from LowCardinality(String),
+    need_alone_bytes Nullable(UInt64),
+    params_per_gpu Nullable(UInt64),
+    weight_bytes_per_param Nullable(UInt8),
+    optimizer_bytes_per_param Nullable(UInt8),
+    zero_divisor UInt32,
+    static_estimate_bytes Nullable(UInt64),
+    attention_bytes Nullable(UInt64),
+    others_listed UInt64,
+    others_listed_bytes UInt64,
+    window_ms Int64,
+    own_samples UInt64,
+    own_first_ts Int64,
+    own_first_used UInt64,
+    own_min_used UInt64,
+    own_max_used UInt64,
+    own_last_used UInt64,
+    own_swing_bytes Nullable(UInt64),
+    others_seen UInt64,
+    others_first_bytes UInt64,
+    others_last_bytes UInt64,
+    own_sampled_bytes UInt64,
+    others_growth_bytes Int64,
+    top_neighbour_growth_bytes Int64,
+    others_bytes Nullable(UInt64),
+    scenario LowCardinality(String),
+    rule LowCardinality(String),
+    confidence_pct UInt8,
+    rules_version UInt32,
+    attributed_ms Int64,
+    neighbour_workloads Array(String),
+    neighbour_pids Array(UInt32),
+    neighbour_used_bytes Array(UInt64),
+    neighbour_growth_bytes Array(Int64),
+    ts DateTime64(3, 'UTC') ALIAS fromUnixTimestamp64Milli(ts_ms, 'UTC')
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/oomlens/oom_attributions', '{replica}', attributed_ms)
+PARTITION BY toYYYYMMDD(toDateTime(intDiv(ts_ms, 1000), 'UTC'))
+ORDER BY (cluster, ts_ms, node, event_id)
+TTL toDateTime(intDiv(ts_ms, 1000), 'UTC') + INTERVAL 365 DAY;
+CREATE TABLE IF NOT EXISTS oomlens.oom_attributions ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    event_id UInt64,
+    ts_ms Int64,
+    kind LowCardinality(String),
+    source LowCardinality(String),
+    framework LowCardinality(String),
+    gpu_index Nullable(UInt32),
+    pid Nullable(UInt32),
+    workload LowCardinality(String),
+    truth_scenario LowCardinality(String),
+    phase LowCardinality(String),
+    phase_effective LowCardinality(String),
+    phase_source LowCardinality(String),
+    requested_bytes Nullable(UInt64),
+    capacity_bytes Nullable(UInt64),
+    free_bytes Nullable(UInt64),
+    allocated_bytes Nullable(UInt64),
+    reserved_bytes Nullable(UInt64),
+    process_used_bytes Nullable(UInt64),
+    xid Nullable(UInt32),
+    host_rss_bytes Nullable(UInt64),
+    params Nullable(UInt64),
+    batch_size Nullable(UInt32),
+    seq_len Nullable(UInt32),
+    hidden Nullable(UInt32),
+    layers Nullable(UInt32),
+    heads Nullable(UInt32),
+    precision LowCardinality(String),
+    optimizer LowCardinality(String),
+    zero_stage Nullable(UInt8),
+    tensor_parallel Nullable(UInt32),
+    pipeline_parallel Nullable(UInt32),
+    data_parallel Nullable(UInt32),
+    activation_checkpointing Nullable(UInt8),
+    flash_attention Nullable(UInt8),
+    own_listed_bytes UInt64,
+    context_bytes Nullable(UInt64),
+    cached_free_bytes Nullable(UInt64),
+    need_alone_from LowCardinality(String),
+    need_alone_bytes Nullable(UInt64),
+    params_per_gpu Nullable(UInt64),
+    weight_bytes_per_param Nullable(UInt8),
+    optimizer_bytes_per_param Nullable(UInt8),
+    zero_divisor UInt32,
+    static_estimate_bytes Nullable(UInt64),
+    attention_bytes Nullable(UInt64),
+    others_listed UInt64,
+    others_listed_bytes UInt64,
+    window_ms Int64,
+    own_samples UInt64,
+    own_first_ts Int64,
+    own_first_used UInt64,
+    own_min_used UInt64,
+    own_max_used UInt64,
+    own_last_used UInt64,
+    own_swing_bytes Nullable(UInt64),
+    others_seen UInt64,
+    others_first_bytes UInt64,
+    others_last_bytes UInt64,
+    own_sampled_bytes UInt64,
+    others_growth_bytes Int64,
+    top_neighbour_growth_bytes Int64,
+    others_bytes Nullable(UInt64),
+    scenario LowCardinality(String),
+    rule LowCardinality(String),
+    confidence_pct UInt8,
+    rules_version UInt32,
+    attributed_ms Int64,
+    neighbour_workloads Array(String),
+    neighbour_pids Array(UInt32),
+    neighbour_used_bytes Array(UInt64),
+    neighbour_growth_bytes Array(Int64),
+    ts DateTime64(3, 'UTC') ALIAS fromUnixTimestamp64Milli(ts_ms, 'UTC')
+)
+ENGINE = Distributed(oomlens, oomlens, oom_attributions_local, cityHash64(cluster, node));
+CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes_local ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    gpu_index UInt32,
+    minute_ms Int64,
+    used_permille UInt16,
+    samples AggregateFunction(uniqExact, Int64),
+    used_max AggregateFunction(max, Float64),
+    first_ts_ms AggregateFunction(min, Int64),
+    last_ts_ms AggregateFunction(max, Int64)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/gpu_minutes', '{replica}')
+PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
+ORDER BY (cluster, node, gpu_index, minute_ms, used_permille)
+TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
+CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    gpu_index UInt32,
+    minute_ms Int64,
+    used_permille UInt16,
+    samples AggregateFunction(uniqExact, Int64),
+    used_max AggregateFunction(max, Float64),
+    first_ts_ms AggregateFunction(min, Int64),
+    last_ts_ms AggregateFunction(max, Int64)
+)
+ENGINE = Distributed(oomlens, oomlens, gpu_minutes_local, cityHash64(cluster, node));
+CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.gpu_minutes_mv ON CLUSTER oomlens TO oomlens.gpu_minutes_local AS
+SELECT cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, uniqExactState(ts_ms) AS samples, maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, minState(ts_ms) AS first_ts_ms, maxState(ts_ms) AS last_ts_ms
+FROM oomlens.gpu_samples_local
+WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes) AND 1
+GROUP BY cluster, node, gpu_index, minute_ms, used_permille;
+CREATE TABLE IF NOT EXISTS oomlens.process_minutes_local ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    gpu_index UInt32,
+    minute_ms Int64,
+    workload LowCardinality(String),
+    namespace LowCardinality(String),
+    used_max AggregateFunction(max, UInt64)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/process_minutes', '{replica}')
+PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
+ORDER BY (cluster, node, gpu_index, minute_ms, workload, namespace)
+TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
+CREATE TABLE IF NOT EXISTS oomlens.process_minutes ON CLUSTER oomlens (
+    cluster LowCardinality(String),
+    node LowCardinality(String),
+    gpu_index UInt32,
+    minute_ms Int64,
+    workload LowCardinality(String),
+    namespace LowCardinality(String),
+    used_max AggregateFunction(max, UInt64)
+)
+ENGINE = Distributed(oomlens, oomlens, process_minutes_local, cityHash64(cluster, node));
+CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.process_minutes_mv ON CLUSTER oomlens TO oomlens.process_minutes_local AS
+SELECT cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, label_values[indexOf(label_keys, 'namespace')] AS namespace, maxState(ifNull(used_bytes, 0)) AS used_max
+FROM oomlens.process_samples_local
+WHERE 1 AND 1
+GROUP BY cluster, node, gpu_index, minute_ms, workload, namespace;

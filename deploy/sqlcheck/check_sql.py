@@ -8,7 +8,8 @@ compares the answers row by row.
 
 * --ddl-modern: DDL rendered for a modern server (`oomlens-collector ddl --server-version 26.9.1`), run in chdb-core.
 * --ddl-old:    DDL rendered for the server behind --clickhouse-url (`oomlens-collector ddl --server-version 18.16.1`).
-  Statements are separated by ";\\n" and create tables in the database `oomlens`.
+  Statements are separated by ";\\n" and create tables (and the materialized views filling the
+  rollups, created before the fixtures are inserted) in the database `oomlens`.
 * --fixtures:   one `<table>.jsonl` (JSONEachRow) per table.
 * --queries:    the built-in `*.sql` files with their `-- name/description/param` header (repeatable:
   collector/sql and the dashboard's deploy/grafana/sql; names must be unique).
@@ -251,24 +252,44 @@ class Http:
         pass
 
 
+def view_targets(statements: list[str]) -> list[str]:
+    """Tables filled by a `CREATE MATERIALIZED VIEW … TO <table>` (the rollups): no fixture file."""
+    targets = []
+    for s in statements:
+        m = re.match(r"CREATE\s+MATERIALIZED\s+VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?\S+\s+TO\s+(?:\w+\.)?(\w+)", s, re.I)
+        if m:
+            targets.append(m.group(1))
+    return targets
+
+
 def set_up(engine, ddl: str, fixtures: Path) -> None:
     statements = split_statements(ddl)
     tables = table_names(statements)
-    if not tables or len(tables) != len(statements):
-        raise CheckError("the DDL must be CREATE TABLE statements only, separated by ';\\n'")
+    targets = view_targets(statements)
+    if not tables or len(tables) + len(targets) != len(statements):
+        raise CheckError(
+            "the DDL must be CREATE TABLE and CREATE MATERIALIZED VIEW … TO statements only, separated by ';\\n'"
+        )
     engine.run(f"DROP DATABASE IF EXISTS {DB}")
     engine.run(f"CREATE DATABASE {DB}")
-    for s, table in zip(statements, tables, strict=True):
+    # The views come after their tables in the DDL and exist before the fixtures are inserted, so
+    # the inserts fill the rollups as the collector's inserts do.
+    for s in statements:
+        table = table_names([s])
         try:
             engine.run(s)
-            if re.search(r"^TTL\b", s, re.M):
+            if table and re.search(r"^TTL\b", s, re.M):
                 # The fixture rows have fixed timestamps that a retention TTL would delete in a
                 # background merge (on modern servers only): keep them; the queries are under test.
-                engine.run(f"SYSTEM STOP TTL MERGES {DB}.{table}")
+                engine.run(f"SYSTEM STOP TTL MERGES {DB}.{table[0]}")
         except CheckError as e:
             raise CheckError(f"DDL failed: {e}\n--- statement:\n{s}") from None
     for table in tables:
         path = fixtures / f"{table}.jsonl"
+        if table in targets:
+            if path.exists():
+                raise CheckError(f"{path}: {table} is filled by a materialized view, not by a fixture")
+            continue
         if not path.exists():
             print(f"warning: no fixture {path} for table {table}", file=sys.stderr)
             continue

@@ -2,19 +2,30 @@
 //!
 //! [`Ch::migrate`] creates the database and every table of [`oomlens_schema::ddl::tables`]
 //! (rendered for the detected server version), adds columns a newer collector writes but an older
-//! table lacks, and ends with [`Ch::check_schema`]. The check reads `system.columns` (same columns on
-//! 18.16 and modern servers, unlike `DESCRIBE TABLE`) and compares every table with its Row struct:
-//! with schema validation off, a mismatched type would otherwise decode to garbage silently.
+//! table lacks, and runs [`Ch::check_schema`] before the rollups are created. The check reads
+//! `system.columns` (same columns on 18.16 and modern servers, unlike `DESCRIBE TABLE`) and
+//! compares every table with its Row struct: with schema validation off, a mismatched type would
+//! otherwise decode to garbage silently.
 //!
 //! In cluster mode ([`Ch::topology`]) every table is a `<table>_local` storage table on each shard
 //! replica plus a `Distributed` table `<table>` on each replica. With `on_cluster_ddl` a table or
 //! column missing anywhere is created by one `ON CLUSTER` statement sent to the configured server
 //! (ZooKeeper / Keeper runs it everywhere); otherwise the same idempotent steps run on every
 //! replica directly. The schema check always reads every replica.
+//!
+//! The per-minute rollups ([`oomlens_schema::ddl::rollups`]) come after the tables: the rollup
+//! table (per shard `<rollup>_local` plus a `Distributed` front in cluster mode), then the
+//! materialized view that fills it from the sample table (`gpu_samples`, or `gpu_samples_local`
+//! on each shard). When this migration creates a view, the rows stored before it existed are
+//! rolled up once ([`Ch::backfill_rollups`]): one `INSERT … SELECT` per hour of source time, newest first.
+//! Rows the view sees as well are counted once, because every rollup state is idempotent under
+//! duplicates; so the backfill can be repeated (`oomlens-collector migrate --backfill-rollups`)
+//! after an interrupted upgrade.
 
+use oomlens_schema::ddl::rollups::{RollupSpec, rollups};
 use oomlens_schema::ddl::{
-    ClusterDdl, DescribedColumn, SchemaMismatch, ServerCaps, TableSpec, check_columns, create_database_sql,
-    tables,
+    ClusterDdl, DescribedColumn, LOCAL_SUFFIX, SchemaMismatch, ServerCaps, TableSpec, check_columns,
+    create_database_sql, tables,
 };
 
 use super::client::{Ch, ChError};
@@ -29,6 +40,11 @@ pub struct MigrateReport {
     pub existing: Vec<String>,
     /// Columns added to existing tables, as `table.column`.
     pub added_columns: Vec<String>,
+    /// Rollup tables and materialized views created now (`gpu_minutes`, `gpu_minutes_mv`, …; in
+    /// cluster mode `name@replica URL` or `name (ON CLUSTER c)`).
+    pub rollups_created: Vec<String>,
+    /// Rollups backfilled from the rows stored before their view existed, as `rollup: N hours`.
+    pub backfilled: Vec<String>,
 }
 
 impl std::fmt::Display for MigrateReport {
@@ -36,13 +52,27 @@ impl std::fmt::Display for MigrateReport {
         let show = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(", ") };
         write!(
             f,
-            "created: {}; existing: {}; columns added: {}",
+            "created: {}; existing: {}; columns added: {}; rollups created: {}; backfilled: {}",
             show(&self.created),
             show(&self.existing),
-            show(&self.added_columns)
+            show(&self.added_columns),
+            show(&self.rollups_created),
+            show(&self.backfilled)
         )
     }
 }
+
+/// Row count and time range of a sample table (what a backfill has to read).
+#[derive(Debug, clickhouse::Row, serde::Deserialize)]
+struct SourceRange {
+    rows: u64,
+    first_ms: i64,
+    last_ms: i64,
+}
+
+/// One backfill `INSERT … SELECT` covers this much source time: small enough to finish within the
+/// request timeout at fleet scale (an hour of 48 GPUs × 3 processes at 1 Hz: ~0.7 M rows).
+const BACKFILL_CHUNK_MS: i64 = 3_600_000;
 
 #[derive(Debug, clickhouse::Row, serde::Deserialize)]
 struct ColumnInfo {
@@ -120,8 +150,148 @@ impl Ch {
                 report.added_columns.push(format!("{}.{}", spec.name, col.name));
             }
         }
+        // The views read the sample tables: only once those are right.
         self.check_schema().await?;
+        for rollup in rollups() {
+            if self.describe(rollup.name).await?.is_empty() {
+                self.execute(&rollup.create_sql(self.database(), caps, self.retention())).await?;
+                tracing::info!(table = rollup.name, "created rollup table");
+                report.rollups_created.push(rollup.name.to_owned());
+            }
+            let view = rollup.view_name();
+            if self.describe(&view).await?.is_empty() {
+                self.execute(&rollup.create_view_sql(self.database(), "", None)).await?;
+                tracing::info!(view, "created materialized view");
+                report.rollups_created.push(view);
+                let hours = self.backfill_rollup(&rollup, "").await?;
+                if hours > 0 {
+                    report.backfilled.push(format!("{}: {hours} hours", rollup.name));
+                }
+            }
+        }
         Ok(report)
+    }
+
+    /// Cluster mode: per rollup its `_local` table and `Distributed` front on every replica, then
+    /// the view on every replica (reading `<source>_local`, writing `<rollup>_local`); a replica
+    /// whose view is created now backfills its own shard's rows.
+    async fn migrate_cluster_rollups(
+        &self,
+        topology: &Topology,
+        report: &mut MigrateReport,
+    ) -> Result<(), ChError> {
+        let ddl = &topology.ddl;
+        let (db, caps, retention) = (self.database(), self.caps(), self.retention());
+        for rollup in rollups() {
+            let steps = [
+                (rollup.local_name(), rollup.create_local_sql(db, caps, retention, ddl)),
+                (rollup.name.to_owned(), rollup.create_distributed_sql(db, caps, ddl)),
+                (
+                    rollup.view_name(),
+                    rollup.create_view_sql(db, LOCAL_SUFFIX, ddl.on_cluster.then_some(ddl.name.as_str())),
+                ),
+            ];
+            for (i, (name, sql)) in steps.iter().enumerate() {
+                let mut lacking = Vec::new();
+                for r in &topology.replicas {
+                    if r.ch.describe(name).await?.is_empty() {
+                        lacking.push(r);
+                    }
+                }
+                if lacking.is_empty() {
+                    continue;
+                }
+                if ddl.on_cluster {
+                    self.on_cluster(sql).await?;
+                    tracing::info!(name, cluster = ddl.name, "created ON CLUSTER");
+                    report.rollups_created.push(format!("{name} (ON CLUSTER {})", ddl.name));
+                } else {
+                    for r in &lacking {
+                        // The statement names the configured database, as on every replica.
+                        r.ch.execute(sql).await?;
+                        tracing::info!(name, url = r.ch.url(), "created");
+                        report.rollups_created.push(format!("{name}@{}", r.ch.url()));
+                    }
+                }
+                // The view is the last step: backfill where it did not exist before.
+                if i == steps.len() - 1 {
+                    for r in &lacking {
+                        let hours = r.ch.backfill_rollup(&rollup, LOCAL_SUFFIX).await?;
+                        if hours > 0 {
+                            report.backfilled.push(format!("{}@{}: {hours} hours", rollup.name, r.ch.url()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls up every row of the sample tables into the rollups again (all of them; in cluster
+    /// mode on every replica's `_local` tables), one hour of source time per `INSERT … SELECT`,
+    /// newest first. The migration does this when it creates a view; run it again after a backfill was
+    /// interrupted. Rows already rolled up are not counted twice (idempotent states). Returns
+    /// `rollup: N hours` per rollup and replica.
+    pub async fn backfill_rollups(&self) -> Result<Vec<String>, ChError> {
+        let mut done = Vec::new();
+        for rollup in rollups() {
+            match self.topology() {
+                None => {
+                    let hours = self.backfill_rollup(&rollup, "").await?;
+                    done.push(format!("{}: {hours} hours", rollup.name));
+                }
+                Some(topology) => {
+                    for r in &topology.replicas {
+                        let hours = r.ch.backfill_rollup(&rollup, LOCAL_SUFFIX).await?;
+                        done.push(format!("{}@{}: {hours} hours", rollup.name, r.ch.url()));
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Backfills one rollup on this server from `<source><suffix>` into `<rollup><suffix>`;
+    /// returns the number of hours inserted (0 for an empty source).
+    async fn backfill_rollup(&self, rollup: &RollupSpec, suffix: &str) -> Result<u64, ChError> {
+        let source = format!("{}{suffix}", rollup.source);
+        let range = self
+            .run(
+                "reading the time range of a sample table",
+                self.client()
+                    .query(&format!(
+                        "SELECT count() AS rows, min(ts_ms) AS first_ms, max(ts_ms) AS last_ms FROM {}",
+                        self.table(&source)
+                    ))
+                    .fetch_one::<SourceRange>(),
+            )
+            .await?;
+        if range.rows == 0 {
+            return Ok(0);
+        }
+        let (first, last) =
+            (range.first_ms.div_euclid(BACKFILL_CHUNK_MS), range.last_ms.div_euclid(BACKFILL_CHUNK_MS));
+        tracing::info!(
+            rollup = rollup.name,
+            source,
+            rows = range.rows,
+            hours = last - first + 1,
+            url = self.url(),
+            "backfilling the rollup from the rows stored before its view existed (newest hour first)"
+        );
+        let mut hours = 0;
+        for chunk in (first..=last).rev() {
+            let (since, until) = (chunk * BACKFILL_CHUNK_MS, (chunk + 1) * BACKFILL_CHUNK_MS);
+            self.run(
+                "backfilling a rollup",
+                self.client().query(&rollup.backfill_sql(self.database(), suffix, since, until)).execute(),
+            )
+            .await?;
+            hours += 1;
+            tracing::debug!(rollup = rollup.name, since_ms = since, "backfilled one hour");
+        }
+        tracing::info!(rollup = rollup.name, hours, url = self.url(), "backfill done");
+        Ok(hours)
     }
 
     /// Cluster mode: the storage and `Distributed` tables on every replica (see the module docs).
@@ -161,7 +331,9 @@ impl Ch {
                 self.add_missing_columns(topology, &spec, part, &mut report).await?;
             }
         }
+        // The views read the sample tables: only once those are right.
         self.check_schema().await?;
+        self.migrate_cluster_rollups(topology, &mut report).await?;
         Ok(report)
     }
 

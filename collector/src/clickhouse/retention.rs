@@ -8,9 +8,13 @@
 //! In cluster mode the data lives in the `<table>_local` storage tables of every shard replica:
 //! the partitions are listed and dropped on each replica directly (a `DROP PARTITION` of a
 //! partition another replica already dropped through replication is a no-op).
+//!
+//! The per-minute rollups (`gpu_minutes`, `process_minutes`) are partitioned by the UTC day of
+//! their minute and expire with the samples (`retention.samples_days`).
 
 use std::time::Duration;
 
+use oomlens_schema::ddl::rollups::rollups;
 use oomlens_schema::ddl::{LOCAL_SUFFIX, Partition, tables};
 
 use super::client::{Ch, ChError};
@@ -86,13 +90,18 @@ impl Ch {
             )
             .await?;
         let mut report = RetentionReport::default();
-        for spec in tables() {
-            let days = spec.retention_days(self.retention());
-            if days == 0 || spec.partition != Partition::Day {
+        // Day-partitioned tables with their retention: the tables, then the rollups.
+        let expiring = tables()
+            .into_iter()
+            .filter(|spec| spec.partition == Partition::Day)
+            .map(|spec| (spec.name, spec.retention_days(self.retention())))
+            .chain(rollups().into_iter().map(|r| (r.name, r.retention_days(self.retention()))));
+        for (name, days) in expiring {
+            if days == 0 {
                 continue;
             }
             let limit = horizon(now_ms, days);
-            let table = format!("{}{suffix}", spec.name);
+            let table = format!("{name}{suffix}");
             for part in parts.iter().filter(|p| p.table == table) {
                 let Ok(day) = part.partition_id.parse::<u32>() else { continue };
                 if day >= limit {

@@ -1,0 +1,283 @@
+//! The per-minute rollups (`gpu_minutes`, `process_minutes`) against a real ClickHouse: filled by
+//! their materialized views on insert, equal to an independent computation from the fixture
+//! files, unchanged when the same rows are inserted again (the collector is at-least-once), before
+//! and after merges; backfilled when a migration creates the views over existing rows; and the
+//! `capacity_headroom` answer computed from them equal to one computed from the raw samples.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use common::*;
+use oomlens_collector::capacity::HeadroomRow;
+use oomlens_collector::clickhouse::{Ch, ChConfig};
+use oomlens_collector::queries::{self, ParamValue};
+use serde::Deserialize;
+use serde_json::Value;
+
+fn fixture(table: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl")),
+    )
+    .unwrap()
+}
+
+type GpuKey = (String, String, u32, i64, u16);
+type ProcessKey = (String, String, u32, i64, String, String);
+
+/// One merged `gpu_minutes` bucket: distinct sample times, max used/total, first and last time.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Deserialize)]
+struct GpuMinute {
+    cluster: String,
+    node: String,
+    gpu_index: u32,
+    minute_ms: i64,
+    used_permille: u16,
+    samples: u64,
+    used_max: f64,
+    first_ts_ms: i64,
+    last_ts_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Deserialize)]
+struct ProcessMinute {
+    cluster: String,
+    node: String,
+    gpu_index: u32,
+    minute_ms: i64,
+    workload: String,
+    namespace: String,
+    used_max: u64,
+}
+
+/// `gpu_minutes` computed from the fixture file: per GPU, minute and ⌊1000 × used/total⌋ the set
+/// of sample times (a re-sent sample has the same time), the max ratio and the time range.
+fn expected_gpu_minutes() -> Vec<GpuMinute> {
+    let mut by: BTreeMap<GpuKey, (BTreeSet<i64>, f64)> = BTreeMap::new();
+    for line in fixture("gpu_samples").lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let (Some(used), Some(total)) = (r["memory_used_bytes"].as_u64(), r["memory_total_bytes"].as_u64())
+        else {
+            continue;
+        };
+        if total == 0 {
+            continue;
+        }
+        let ts = r["ts_ms"].as_i64().unwrap();
+        let ratio = used as f64 / total as f64;
+        let key = (
+            r["cluster"].as_str().unwrap().to_owned(),
+            r["node"].as_str().unwrap().to_owned(),
+            u32::try_from(r["gpu_index"].as_u64().unwrap()).unwrap(),
+            ts.div_euclid(60_000) * 60_000,
+            (ratio * 1000.0).floor().min(65_535.0) as u16,
+        );
+        let e = by.entry(key).or_insert_with(|| (BTreeSet::new(), f64::MIN));
+        e.0.insert(ts);
+        e.1 = e.1.max(ratio);
+    }
+    by.into_iter()
+        .map(|((cluster, node, gpu_index, minute_ms, used_permille), (times, used_max))| GpuMinute {
+            cluster,
+            node,
+            gpu_index,
+            minute_ms,
+            used_permille,
+            samples: times.len() as u64,
+            used_max,
+            first_ts_ms: *times.first().unwrap(),
+            last_ts_ms: *times.last().unwrap(),
+        })
+        .collect()
+}
+
+/// `process_minutes` from the fixture file: the peak of each (workload, namespace label) per GPU
+/// and minute.
+fn expected_process_minutes() -> Vec<ProcessMinute> {
+    let mut by: BTreeMap<ProcessKey, u64> = BTreeMap::new();
+    for line in fixture("process_samples").lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let keys: Vec<&str> =
+            r["label_keys"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let values: Vec<&str> =
+            r["label_values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let namespace = keys.iter().position(|k| *k == "namespace").map_or("", |i| values[i]);
+        let key = (
+            r["cluster"].as_str().unwrap().to_owned(),
+            r["node"].as_str().unwrap().to_owned(),
+            u32::try_from(r["gpu_index"].as_u64().unwrap()).unwrap(),
+            r["ts_ms"].as_i64().unwrap().div_euclid(60_000) * 60_000,
+            r["workload"].as_str().unwrap().to_owned(),
+            namespace.to_owned(),
+        );
+        let e = by.entry(key).or_default();
+        *e = (*e).max(r["used_bytes"].as_u64().unwrap_or(0));
+    }
+    by.into_iter()
+        .map(|((cluster, node, gpu_index, minute_ms, workload, namespace), used_max)| ProcessMinute {
+            cluster,
+            node,
+            gpu_index,
+            minute_ms,
+            workload,
+            namespace,
+            used_max,
+        })
+        .collect()
+}
+
+async fn gpu_minutes(ch: &Ch) -> Vec<GpuMinute> {
+    ch.client()
+        .query(
+            "SELECT cluster, node, gpu_index, minute_ms, used_permille, uniqExactMerge(samples) AS samples, \
+             maxMerge(used_max) AS used_max, minMerge(first_ts_ms) AS first_ts_ms, maxMerge(last_ts_ms) AS last_ts_ms \
+             FROM oomlens.gpu_minutes GROUP BY cluster, node, gpu_index, minute_ms, used_permille \
+             ORDER BY cluster, node, gpu_index, minute_ms, used_permille",
+        )
+        .fetch_all()
+        .await
+        .unwrap()
+}
+
+async fn process_minutes(ch: &Ch) -> Vec<ProcessMinute> {
+    ch.client()
+        .query(
+            "SELECT cluster, node, gpu_index, minute_ms, toString(workload) AS workload, \
+             toString(namespace) AS namespace, maxMerge(used_max) AS used_max \
+             FROM oomlens.process_minutes GROUP BY cluster, node, gpu_index, minute_ms, workload, namespace \
+             ORDER BY cluster, node, gpu_index, minute_ms, workload, namespace",
+        )
+        .fetch_all()
+        .await
+        .unwrap()
+}
+
+async fn insert_fixtures(ch: &Ch, tables: &[&str]) {
+    for table in tables {
+        ch.client()
+            .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{}", fixture(table)))
+            .execute()
+            .await
+            .unwrap();
+    }
+}
+
+async fn headroom(ch: &Ch, by: &str) -> Vec<HeadroomRow> {
+    let (since, until) = (ParamValue::Int(0), ParamValue::Int(i64::MAX));
+    let args = [ParamValue::String(by.to_owned()), since.clone(), until.clone(), since, until];
+    queries::builtin("capacity_headroom")
+        .unwrap()
+        .bind(ch.client(), "oomlens", &args)
+        .unwrap()
+        .fetch_all()
+        .await
+        .unwrap()
+}
+
+/// `capacity_headroom` by node computed straight from the raw `gpu_samples` (no rollup): GPUs,
+/// distinct samples, max, samples ≥ 90 %, first and last time; the quantiles to the bucket.
+async fn raw_headroom_by_node(ch: &Ch) -> Vec<HeadroomRow> {
+    ch.client()
+        .query(
+            "SELECT toString(node) AS group_key, uniqExact(cluster, node, gpu_index) AS gpus, count() AS samples, \
+             arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(toUInt16(floor(ratio * 1000)), toUInt64(1))) \
+               AS used_quantiles, \
+             max(ratio) AS used_max, countIf(ratio >= 0.9) AS samples_above_90, min(ts_ms) AS first_ts_ms, \
+             max(ts_ms) AS last_ts_ms \
+             FROM (SELECT DISTINCT cluster, node, gpu_index, ts_ms, \
+                     toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) AS ratio \
+                   FROM oomlens.gpu_samples WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes)) \
+             GROUP BY group_key ORDER BY group_key",
+        )
+        .fetch_all()
+        .await
+        .unwrap()
+}
+
+async fn migrated(server: &oomlens_collector::devch::DevClickHouse) -> Ch {
+    let cfg = ChConfig {
+        url: server.url(),
+        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    };
+    let ch = Ch::connect(&cfg).await.unwrap();
+    let report = ch.migrate().await.unwrap();
+    assert!(report.rollups_created.contains(&"gpu_minutes_mv".to_owned()), "{report}");
+    ch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollups_equal_the_raw_samples_and_ignore_resent_rows() {
+    let server = start_clickhouse();
+    let ch = migrated(&server).await;
+    let again = ch.migrate().await.unwrap();
+    assert!(again.rollups_created.is_empty() && again.backfilled.is_empty(), "idempotent: {again}");
+
+    insert_fixtures(&ch, &["gpu_samples", "process_samples", "agents"]).await;
+    let want_gpu = expected_gpu_minutes();
+    let want_proc = expected_process_minutes();
+    assert!(want_gpu.len() > 100 && want_proc.len() > 50, "the fixtures exercise the rollups");
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
+    assert_eq!(process_minutes(&ch).await, want_proc);
+    let by_node = headroom(&ch, "node").await;
+    assert_eq!(by_node, raw_headroom_by_node(&ch).await, "rollup answer = raw-sample answer");
+    let by_workload = headroom(&ch, "workload").await;
+
+    // The same batch again (a re-sent batch after a lost acknowledgement): nothing changes,
+    // neither before nor after the background merges.
+    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+    let raw_rows: u64 = count(ch.client(), "SELECT count() FROM oomlens.gpu_samples").await;
+    let fixture_rows = fixture("gpu_samples").lines().count() as u64;
+    assert_eq!(raw_rows, 2 * fixture_rows, "18.16 keeps the duplicate raw rows");
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
+    assert_eq!(process_minutes(&ch).await, want_proc);
+    assert_eq!(headroom(&ch, "node").await, by_node);
+    assert_eq!(headroom(&ch, "workload").await, by_workload);
+    for t in ["gpu_minutes", "process_minutes"] {
+        ch.execute(&format!("OPTIMIZE TABLE oomlens.{t} FINAL")).await.unwrap();
+    }
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
+    assert_eq!(process_minutes(&ch).await, want_proc);
+    assert_eq!(headroom(&ch, "node").await, by_node);
+    assert_eq!(headroom(&ch, "workload").await, by_workload);
+    let stored: u64 = count(ch.client(), "SELECT count() FROM oomlens.gpu_minutes").await;
+    assert_eq!(stored, want_gpu.len() as u64, "merged: one row per key");
+    drop(ch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_backfills_rows_stored_before_the_views() {
+    let server = start_clickhouse();
+    let ch = migrated(&server).await;
+    // A database from before the rollups: no views, no rollup tables, samples stored.
+    for t in ["gpu_minutes_mv", "process_minutes_mv", "gpu_minutes", "process_minutes"] {
+        ch.execute(&format!("DROP TABLE oomlens.{t}")).await.unwrap();
+    }
+    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+
+    let upgrade = ch.migrate().await.unwrap();
+    assert_eq!(
+        upgrade.rollups_created,
+        ["gpu_minutes", "gpu_minutes_mv", "process_minutes", "process_minutes_mv"],
+        "{upgrade}"
+    );
+    assert_eq!(upgrade.backfilled.len(), 2, "{upgrade}");
+    assert!(upgrade.backfilled[0].starts_with("gpu_minutes: "), "{upgrade}");
+    let want_gpu = expected_gpu_minutes();
+    let want_proc = expected_process_minutes();
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
+    assert_eq!(process_minutes(&ch).await, want_proc);
+
+    // Rows arriving after the upgrade go through the view; a repeated backfill (after an
+    // interrupted upgrade) overlaps both and still counts every sample once.
+    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+    let done = ch.backfill_rollups().await.unwrap();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
+    assert_eq!(process_minutes(&ch).await, want_proc);
+    let next = ch.migrate().await.unwrap();
+    assert!(next.rollups_created.is_empty() && next.backfilled.is_empty(), "{next}");
+    drop(ch);
+}
