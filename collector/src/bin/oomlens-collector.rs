@@ -27,7 +27,7 @@ enum Command {
     /// Run the collector (migrates the schema first).
     Serve(ServeArgs),
     /// Create or upgrade the ClickHouse schema, check it, and exit.
-    Migrate(ChArgs),
+    Migrate(MigrateArgs),
     /// Print the DDL rendered for a ClickHouse server version (no server needed).
     Ddl {
         /// Server version, e.g. 18.16.1 or 26.9.1.
@@ -63,6 +63,17 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// Also roll up every stored sample into the per-minute rollups again (the migration does it
+    /// once when it creates their views; repeat it after an interrupted upgrade — rows already
+    /// rolled up are not counted twice).
+    #[arg(long)]
+    backfill_rollups: bool,
 }
 
 #[derive(Debug, Args)]
@@ -155,10 +166,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Man { out_dir } => write_man(Cli::command(), out_dir.as_deref(), &mut std::io::stdout())
             .context("cannot write the man pages"),
         Command::Migrate(args) => {
-            let cfg = args.clickhouse()?;
+            let cfg = args.ch.clickhouse()?;
             let ch = Ch::connect(&cfg).await?;
             let report = ch.migrate().await.context("migration failed")?;
             println!("ClickHouse {} at {}: {report}", ch.version(), cfg.url);
+            if args.backfill_rollups {
+                let done = ch.backfill_rollups().await.context("backfilling the rollups failed")?;
+                println!("rollups backfilled: {}", done.join(", "));
+            }
             Ok(())
         }
         Command::Ddl { server_version, database, cluster, replicated, on_cluster } => {

@@ -62,14 +62,6 @@ impl std::fmt::Display for MigrateReport {
     }
 }
 
-/// Row count and time range of a sample table (what a backfill has to read).
-#[derive(Debug, clickhouse::Row, serde::Deserialize)]
-struct SourceRange {
-    rows: u64,
-    first_ms: i64,
-    last_ms: i64,
-}
-
 /// One backfill `INSERT … SELECT` covers this much source time: small enough to finish within the
 /// request timeout at fleet scale (an hour of 48 GPUs × 3 processes at 1 Hz: ~0.7 M rows).
 const BACKFILL_CHUNK_MS: i64 = 3_600_000;
@@ -251,47 +243,48 @@ impl Ch {
         Ok(done)
     }
 
-    /// Backfills one rollup on this server from `<source><suffix>` into `<rollup><suffix>`;
-    /// returns the number of hours inserted (0 for an empty source).
+    /// Backfills one rollup on this server from `<source><suffix>` into `<rollup><suffix>`, one
+    /// `INSERT … SELECT` per hour that holds rows (newest first); returns the number of hours.
     async fn backfill_rollup(&self, rollup: &RollupSpec, suffix: &str) -> Result<u64, ChError> {
         let source = format!("{}{suffix}", rollup.source);
-        let range = self
+        let hours = self
             .run(
-                "reading the time range of a sample table",
+                "listing the hours of a sample table",
                 self.client()
                     .query(&format!(
-                        "SELECT count() AS rows, min(ts_ms) AS first_ms, max(ts_ms) AS last_ms FROM {}",
+                        "SELECT DISTINCT intDiv(ts_ms, {BACKFILL_CHUNK_MS}) AS hour FROM {} ORDER BY hour DESC",
                         self.table(&source)
                     ))
-                    .fetch_one::<SourceRange>(),
+                    .fetch_all::<i64>(),
             )
             .await?;
-        if range.rows == 0 {
+        if hours.is_empty() {
             return Ok(0);
         }
-        let (first, last) =
-            (range.first_ms.div_euclid(BACKFILL_CHUNK_MS), range.last_ms.div_euclid(BACKFILL_CHUNK_MS));
         tracing::info!(
             rollup = rollup.name,
             source,
-            rows = range.rows,
-            hours = last - first + 1,
+            hours = hours.len(),
             url = self.url(),
             "backfilling the rollup from the rows stored before its view existed (newest hour first)"
         );
-        let mut hours = 0;
-        for chunk in (first..=last).rev() {
-            let (since, until) = (chunk * BACKFILL_CHUNK_MS, (chunk + 1) * BACKFILL_CHUNK_MS);
+        for (done, hour) in hours.iter().enumerate() {
+            let (since, until) = (hour * BACKFILL_CHUNK_MS, (hour + 1) * BACKFILL_CHUNK_MS);
             self.run(
                 "backfilling a rollup",
                 self.client().query(&rollup.backfill_sql(self.database(), suffix, since, until)).execute(),
             )
             .await?;
-            hours += 1;
-            tracing::debug!(rollup = rollup.name, since_ms = since, "backfilled one hour");
+            tracing::debug!(
+                rollup = rollup.name,
+                since_ms = since,
+                done = done + 1,
+                of = hours.len(),
+                "backfilled one hour"
+            );
         }
-        tracing::info!(rollup = rollup.name, hours, url = self.url(), "backfill done");
-        Ok(hours)
+        tracing::info!(rollup = rollup.name, hours = hours.len(), url = self.url(), "backfill done");
+        Ok(hours.len() as u64)
     }
 
     /// Cluster mode: the storage and `Distributed` tables on every replica (see the module docs).
