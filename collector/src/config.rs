@@ -1,6 +1,6 @@
-//! The collector's configuration: one TOML file (`[collector]`, `[clickhouse]`, `[telemetry]`),
-//! every field defaulted, unknown keys refused; `OOMLENS_<SECTION>__<KEY>` variables override the
-//! file and flags (with their own `OOMLENS_*` variables) override both.
+//! The collector's configuration: one TOML file (`[collector]`, `[clickhouse]`, `[telemetry]`,
+//! `[attribution]`), every field defaulted, unknown keys refused; `OOMLENS_<SECTION>__<KEY>`
+//! variables override the file and flags (with their own `OOMLENS_*` variables) override both.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -88,6 +88,70 @@ pub struct TelemetrySection {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[attribution]`: the attributor that stores each OOM event's attribution once
+/// (`oom_attributions`, [`crate::attribution::store`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttributionSection {
+    /// Run the attributor in this collector.
+    pub enabled: bool,
+    /// Time between passes, ms.
+    pub interval_ms: u64,
+    /// An event is attributed once it failed, and its latest copy arrived, this long ago, ms.
+    pub settle_ms: u64,
+    /// Each pass looks for unattributed events this far back, ms (older ones: `oomlens attribute`).
+    pub lookback_ms: u64,
+    /// Look-back before each failure for the features and neighbours, ms (readers asking for
+    /// another look-back compute live).
+    pub window_ms: u64,
+    /// Most events per chunk (one features and one neighbours query).
+    pub chunk_events: usize,
+    /// Longest time span of one chunk, ms.
+    pub chunk_span_ms: u64,
+}
+
+impl Default for AttributionSection {
+    fn default() -> Self {
+        use crate::attribution::store;
+        AttributionSection {
+            enabled: true,
+            interval_ms: 60_000,
+            settle_ms: store::DEFAULT_SETTLE_MS as u64,
+            lookback_ms: 7 * 86_400_000,
+            window_ms: crate::attribution::features::DEFAULT_WINDOW_MS as u64,
+            chunk_events: store::DEFAULT_CHUNK_EVENTS,
+            chunk_span_ms: store::DEFAULT_CHUNK_SPAN_MS as u64,
+        }
+    }
+}
+
+impl AttributionSection {
+    /// The attributor's settings (values beyond `i64::MAX` ms are clamped).
+    pub fn settings(&self) -> crate::attribution::store::AttributorSettings {
+        let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        crate::attribution::store::AttributorSettings {
+            interval: Duration::from_millis(self.interval_ms),
+            settle_ms: ms(self.settle_ms),
+            lookback_ms: ms(self.lookback_ms),
+            window_ms: ms(self.window_ms),
+            chunk_events: self.chunk_events,
+            chunk_span_ms: ms(self.chunk_span_ms),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval_ms == 0 || self.chunk_events == 0 || self.chunk_span_ms == 0 || self.lookback_ms == 0
+        {
+            return Err(ConfigError::Invalid(
+                "attribution.interval_ms, attribution.chunk_events, attribution.chunk_span_ms and \
+                 attribution.lookback_ms must be > 0"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The whole collector configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -98,6 +162,8 @@ pub struct CollectorConfig {
     pub clickhouse: ChConfig,
     /// Telemetry endpoint.
     pub telemetry: TelemetrySection,
+    /// The attributor (stored attributions).
+    pub attribution: AttributionSection,
 }
 
 impl CollectorConfig {
@@ -158,6 +224,7 @@ impl CollectorConfig {
             ));
         }
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
+        self.attribution.validate()?;
         let c = &mut self.collector;
         if c.max_bytes_in_flight == 0 {
             c.max_bytes_in_flight =
@@ -264,7 +331,7 @@ mod tests {
 
     #[test]
     fn every_section_refuses_unknown_keys_and_empty_tls_paths() {
-        for table in ["collector", "clickhouse", "clickhouse.retention", "telemetry"] {
+        for table in ["collector", "clickhouse", "clickhouse.retention", "telemetry", "attribution"] {
             let text = format!("[{table}]\nno_such_key_x = 1\n");
             let err = toml::from_str::<CollectorConfig>(&text).unwrap_err().to_string();
             assert!(err.contains("no_such_key_x"), "[{table}] accepted an unknown key: {err}");
@@ -330,6 +397,26 @@ mod tests {
         cfg.clickhouse.password = "s3cret".to_owned();
         let text = cfg.to_toml().unwrap();
         assert!(!text.contains("s3cret") && text.contains("<redacted>"), "{text}");
+    }
+
+    #[test]
+    fn attribution_settings() {
+        let cfg = toml::from_str::<CollectorConfig>("").unwrap().finish().unwrap();
+        assert!(cfg.attribution.enabled);
+        let s = cfg.attribution.settings();
+        assert_eq!((s.interval, s.settle_ms, s.window_ms), (Duration::from_secs(60), 120_000, 60_000));
+        let cfg: CollectorConfig =
+            toml::from_str("[attribution]\nenabled = false\nsettle_ms = 5000\nchunk_events = 10\n").unwrap();
+        let cfg = cfg.finish().unwrap();
+        assert!(!cfg.attribution.enabled);
+        assert_eq!(
+            (cfg.attribution.settings().settle_ms, cfg.attribution.settings().chunk_events),
+            (5000, 10)
+        );
+        for bad in ["interval_ms = 0", "chunk_events = 0", "chunk_span_ms = 0", "lookback_ms = 0"] {
+            let cfg: CollectorConfig = toml::from_str(&format!("[attribution]\n{bad}\n")).unwrap();
+            assert!(cfg.finish().unwrap_err().to_string().contains("attribution."), "{bad}");
+        }
     }
 
     #[test]

@@ -49,6 +49,14 @@ pub struct CollectorMetrics {
     pub byte_cap_blocked: Gauge,
     /// 1 while ClickHouse answers and the writer is not failing, else 0 (`/readyz` follows it).
     pub clickhouse_up: Gauge,
+    /// OOM events whose attribution the attributor stored (`oom_attributions`).
+    pub attributed_events: Counter,
+    /// Seconds per attributor pass.
+    pub attribution_pass_seconds: Histogram,
+    /// Attributor passes that failed.
+    pub attribution_errors: Counter,
+    /// Settled events without a stored attribution at the start of the last attributor pass.
+    pub attribution_pending: Gauge,
 }
 
 impl CollectorMetrics {
@@ -69,6 +77,10 @@ impl CollectorMetrics {
             byte_cap_waits: Counter::default(),
             byte_cap_blocked: Gauge::default(),
             clickhouse_up: Gauge::default(),
+            attributed_events: Counter::default(),
+            attribution_pass_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
+            attribution_errors: Counter::default(),
+            attribution_pending: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("oomlens_collector");
         r.register("connected_agents", "Agents connected now", m.connected_agents.clone());
@@ -112,6 +124,22 @@ impl CollectorMetrics {
             "clickhouse_up",
             "1 while ClickHouse answers and inserts succeed",
             m.clickhouse_up.clone(),
+        );
+        r.register(
+            "attributed_events",
+            "OOM events whose attribution the attributor stored",
+            m.attributed_events.clone(),
+        );
+        r.register(
+            "attribution_pass_seconds",
+            "Duration of attributor passes",
+            m.attribution_pass_seconds.clone(),
+        );
+        r.register("attribution_errors", "Attributor passes that failed", m.attribution_errors.clone());
+        r.register(
+            "attribution_pending",
+            "Settled OOM events without a stored attribution at the start of the last pass",
+            m.attribution_pending.clone(),
         );
         r.register_collector(Box::new(ProcessMemory));
         if let Some(stats) = sink {

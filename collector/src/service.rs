@@ -1,6 +1,6 @@
 //! A whole collector: connect to ClickHouse (retrying while it is unreachable), migrate and check
-//! the schema, start the batched sink, the retention task, the telemetry endpoint and the QUIC
-//! server; stop them in order. Used by `oomlens-collector serve`, the demo and the tests.
+//! the schema, start the batched sink, the retention task, the attributor (`[attribution]`), the
+//! telemetry endpoint and the QUIC server; stop them in order. Used by `oomlens-collector serve`, the demo and the tests.
 //!
 //! Readiness (`/readyz`, gauge `clickhouse_up`) follows ClickHouse: a health task pings it every
 //! [`HEALTH_INTERVAL`]; the collector is ready while the ping answers, the writer is running and
@@ -99,6 +99,30 @@ async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metri
     }
 }
 
+/// Starts the periodic attributor ([`crate::attribution::store::spawn_attributor`]) with its
+/// outcome counted in `metrics`.
+fn spawn_attributor(
+    ch: &Ch,
+    cfg: &crate::config::AttributionSection,
+    metrics: Arc<CollectorMetrics>,
+) -> JoinHandle<()> {
+    use crate::attribution::store;
+    let observer: store::PassObserver = Box::new(move |result, took| {
+        metrics.attribution_pass_seconds.observe(took.as_secs_f64());
+        match result {
+            Ok(r) => {
+                metrics.attributed_events.inc_by(r.attributed);
+                metrics.attribution_pending.set(i64::try_from(r.pending).unwrap_or(i64::MAX));
+            }
+            Err(_) => {
+                metrics.attribution_errors.inc();
+            }
+        }
+    });
+    info!(interval_ms = cfg.interval_ms, settle_ms = cfg.settle_ms, "attributor started");
+    store::spawn_attributor(ch.client().clone(), ch.database().to_owned(), cfg.settings(), observer)
+}
+
 /// A running collector.
 #[derive(Debug)]
 pub struct RunningCollector {
@@ -164,10 +188,14 @@ pub async fn start(
         background.push(ch.spawn_retention(Duration::from_secs(3600)));
     }
     let health_ch = ch.clone();
+    let attributor_ch = ch.clone();
     let (sink, sink_task) = Sink::spawn(ch, &cfg.clickhouse, cfg.collector.collector_id.clone());
     let sink_stats = sink.stats();
     let mut registry = Registry::default();
     let metrics = CollectorMetrics::register(&mut registry, Some(sink_stats.clone()));
+    if cfg.attribution.enabled {
+        background.push(spawn_attributor(&attributor_ch, &cfg.attribution, metrics.clone()));
+    }
     let readiness = Readiness::default();
     let telemetry_addr = match cfg.telemetry.listen {
         Some(addr) => {

@@ -17,8 +17,6 @@
 //! (`window_ms`); otherwise everything is computed live, as before the table existed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use oomlens_schema::rows::{OomAttributionRow, TableRow};
@@ -516,23 +514,6 @@ pub async fn read_window(
     Ok(out)
 }
 
-/// The attributor's counters (exported as metrics by the collector).
-#[derive(Debug, Default)]
-pub struct AttributorStats {
-    /// Events attributed and stored.
-    pub events_attributed: AtomicU64,
-    /// Passes completed.
-    pub passes: AtomicU64,
-    /// Passes that failed.
-    pub errors: AtomicU64,
-    /// Duration of the last pass, µs.
-    pub last_pass_us: AtomicU64,
-    /// Sum of pass durations, µs.
-    pub pass_us_sum: AtomicU64,
-    /// Events pending at the start of the last pass.
-    pub last_pending: AtomicU64,
-}
-
 /// The periodic attributor's settings (`[attribution]` of the collector configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttributorSettings {
@@ -550,18 +531,21 @@ pub struct AttributorSettings {
     pub chunk_span_ms: i64,
 }
 
+/// Called after every pass of [`spawn_attributor`] with its outcome and duration.
+pub type PassObserver = Box<dyn Fn(Result<&AttributeReport, &AttributionError>, Duration) + Send + Sync>;
+
 /// Runs [`attribute_pending`] every `settings.interval` (first after one interval) over the events
-/// of the last `lookback_ms`, until the task is aborted. Failures are logged, counted and retried
-/// at the next tick.
+/// of the last `lookback_ms`, until the task is aborted. Failures are logged, reported to
+/// `observer` and retried at the next tick.
 pub fn spawn_attributor(
     client: clickhouse::Client,
     db: String,
     settings: AttributorSettings,
-    stats: Arc<AttributorStats>,
+    observer: PassObserver,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let start = tokio::time::Instant::now() + settings.interval;
-        let mut tick = tokio::time::interval_at(start, settings.interval.max(Duration::from_millis(1)));
+        let every = settings.interval.max(Duration::from_millis(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -578,28 +562,20 @@ pub fn spawn_attributor(
             };
             let started = Instant::now();
             let result = attribute_pending(&client, &db, &opts).await;
-            let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            stats.last_pass_us.store(took, Ordering::Relaxed);
-            stats.pass_us_sum.fetch_add(took, Ordering::Relaxed);
-            match result {
-                Ok(r) => {
-                    stats.passes.fetch_add(1, Ordering::Relaxed);
-                    stats.events_attributed.fetch_add(r.attributed, Ordering::Relaxed);
-                    stats.last_pending.store(r.pending, Ordering::Relaxed);
-                    if r.attributed > 0 {
-                        tracing::info!(
-                            events = r.attributed,
-                            chunks = r.chunks,
-                            took_ms = took / 1000,
-                            "attributed OOM events"
-                        );
-                    }
-                }
+            let took = started.elapsed();
+            match &result {
+                Ok(r) if r.attributed > 0 => tracing::info!(
+                    events = r.attributed,
+                    chunks = r.chunks,
+                    took_ms = took.as_millis() as u64,
+                    "attributed OOM events"
+                ),
+                Ok(_) => {}
                 Err(e) => {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "attribution pass failed; retrying at the next interval");
+                    tracing::warn!(error = %e, "attribution pass failed; retrying at the next interval")
                 }
             }
+            observer(result.as_ref(), took);
         }
     })
 }
