@@ -245,3 +245,35 @@ async fn stored_and_live_attributions_are_identical() {
     assert_same_as_live(db, &all, "everything stored again").await;
     step!(t0, "done");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_attributes_in_the_background() {
+    let server = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &["gpu-node-01"]);
+    let mut cfg = collector_config(&pki, &server.url(), reserve_addr());
+    cfg.attribution.interval_ms = 200;
+    cfg.attribution.settle_ms = 0;
+    // The fixture events lie a year back.
+    cfg.attribution.lookback_ms = 20 * 365 * 86_400_000;
+    cfg.attribution.chunk_events = 20;
+    let (collector, _stop) = start_collector(cfg).await;
+    let ch = Ch::connect(&ChConfig { url: server.url(), ..ChConfig::default() }).await.unwrap();
+    load_fixtures(&ch).await;
+    let db = ch.client();
+    let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while stored_rows(db).await < distinct && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(stored_rows(db).await, distinct, "every event attributed once");
+    // A few more passes find nothing to do.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(stored_rows(db).await, distinct, "no duplicates from later passes");
+    let m = &collector.metrics;
+    assert_eq!(m.attributed_events.get(), distinct);
+    assert_eq!(m.attribution_errors.get(), 0);
+    assert_eq!(m.attribution_pending.get(), 0);
+    assert_same_as_live(db, &FeatureWindow::ALL, "attributed by the collector").await;
+    collector.shutdown().await;
+}
