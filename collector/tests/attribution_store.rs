@@ -277,3 +277,45 @@ async fn the_collector_attributes_in_the_background() {
     assert_same_as_live(db, &FeatureWindow::ALL, "attributed by the collector").await;
     collector.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oomlens_attribute_backfills_once() {
+    let server = start_clickhouse();
+    let cfg = ChConfig { url: server.url(), ..ChConfig::default() };
+    let ch = Ch::connect(&cfg).await.unwrap();
+    ch.migrate().await.unwrap();
+    load_fixtures(&ch).await;
+    let db = ch.client();
+    let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_oomlens"))
+            .arg("attribute")
+            .args(args)
+            .args(["--clickhouse-url", &server.url()])
+            .env_remove("OOMLENS_COLLECTOR_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let doc: serde_json::Value =
+        serde_json::from_str(run(&["--json", "--chunk-events", "30"]).trim()).unwrap();
+    assert_eq!(
+        (doc["pending"].as_u64(), doc["attributed"].as_u64()),
+        (Some(distinct), Some(distinct)),
+        "{doc}"
+    );
+    assert!(doc["chunks"].as_u64().unwrap() >= 3, "{doc}");
+    assert_eq!(stored_rows(db).await, distinct);
+    let text = run(&[]);
+    assert!(text.starts_with("attributed 0 of 0 pending OOM events"), "{text}");
+    assert_eq!(stored_rows(db).await, distinct, "a second run adds nothing");
+    // Bad arguments are refused before anything runs.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oomlens"))
+        .args(["attribute", "--since", "yesterday-ish", "--clickhouse-url", &server.url()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--since"));
+    assert_same_as_live(db, &FeatureWindow::ALL, "backfilled by the CLI").await;
+}

@@ -39,6 +39,10 @@ enum Command {
     /// Fleet reports (`oomlens report capacity`).
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Store the attribution of every settled OOM event of a time range that has none yet
+    /// (`oom_attributions`: features, scenario, top neighbours), as the collector's attributor
+    /// does periodically: a backfill after an upgrade, or with --force a recompute.
+    Attribute(Box<AttributeArgs>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         /// Shell to complete for.
@@ -112,6 +116,37 @@ struct CapacityArgs {
     /// Also write a self-contained HTML page (inline SVG charts) to this file.
     #[arg(long)]
     html: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct AttributeArgs {
+    #[command(flatten)]
+    ch: ChArgs,
+    /// Events at or after: a duration before now (7d, 2h), an RFC 3339 time or epoch ms
+    /// [default: all stored events].
+    #[arg(long)]
+    since: Option<String>,
+    /// Events before: `now`, a duration before now, an RFC 3339 time or epoch ms.
+    #[arg(long, default_value = "now")]
+    until: String,
+    /// Only events that failed, and arrived, at least this long ago [default: attribution.settle_ms].
+    #[arg(long)]
+    settle: Option<String>,
+    /// Look-back before each failure [default: attribution.window_ms].
+    #[arg(long)]
+    window: Option<String>,
+    /// Most events per chunk [default: attribution.chunk_events].
+    #[arg(long)]
+    chunk_events: Option<usize>,
+    /// Longest time span of a chunk [default: attribution.chunk_span_ms].
+    #[arg(long)]
+    chunk_span: Option<String>,
+    /// Re-attribute events that are stored already (their rows are replaced).
+    #[arg(long)]
+    force: bool,
+    /// Print the outcome as one JSON document.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -265,6 +300,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Postmortem(a) => run_postmortem(*a).await,
         Command::Top(a) => run_top(*a).await,
         Command::Report(ReportCommand::Capacity(a)) => run_capacity(*a).await,
+        Command::Attribute(a) => run_attribute(*a).await,
         Command::Completions { shell } => {
             write_completions(shell, Cli::command(), "oomlens", &mut std::io::stdout());
             Ok(())
@@ -318,6 +354,79 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
+}
+
+async fn run_attribute(a: AttributeArgs) -> anyhow::Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use oomlens_collector::attribution::store::{self, AttributeOptions};
+    use oomlens_collector::clickhouse::Ch;
+    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
+
+    let now = now_ms();
+    let since_ms = match &a.since {
+        Some(s) => parse_instant_ms(s, now).context("--since")?,
+        None => 0,
+    };
+    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
+    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    let cfg = a.ch.collector_config().context("configuration")?;
+    let defaults = cfg.attribution.settings();
+    let duration = |v: &Option<String>, default: i64, flag: &'static str| -> anyhow::Result<i64> {
+        v.as_deref().map_or(Ok(default), |s| parse_duration_ms(s).context(flag))
+    };
+    let opts = AttributeOptions {
+        since_ms,
+        until_ms,
+        now_ms: now,
+        settle_ms: duration(&a.settle, defaults.settle_ms, "--settle")?,
+        window_ms: duration(&a.window, defaults.window_ms, "--window")?,
+        chunk_events: a.chunk_events.unwrap_or(defaults.chunk_events),
+        chunk_span_ms: duration(&a.chunk_span, defaults.chunk_span_ms, "--chunk-span")?,
+        force: a.force,
+    };
+    if opts.chunk_events == 0 || opts.chunk_span_ms <= 0 {
+        anyhow::bail!("--chunk-events and --chunk-span must be > 0");
+    }
+    let ch = Ch::connect(&cfg.clickhouse).await.context("cannot connect to ClickHouse")?;
+    // Drawn only when stderr is a terminal.
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})",
+        )
+        .context("progress bar template")?,
+    );
+    let started = std::time::Instant::now();
+    let report =
+        store::attribute_pending_with_progress(ch.client(), &cfg.clickhouse.database, &opts, &mut |p| {
+            bar.set_length(p.total);
+            bar.set_position(p.done);
+        })
+        .await;
+    bar.finish_and_clear();
+    let report = report.context("attribution failed (what was stored so far stays; run again to resume)")?;
+    let secs = started.elapsed().as_secs_f64();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let doc = serde_json::json!({
+            "pending": report.pending,
+            "attributed": report.attributed,
+            "chunks": report.chunks,
+            "seconds": secs,
+        });
+        writeln!(out, "{doc}").context("cannot write")?;
+    } else {
+        writeln!(
+            out,
+            "attributed {} of {} pending OOM events in {} chunks, {secs:.1} s ({:.0} events/s)",
+            report.attributed,
+            report.pending,
+            report.chunks,
+            if secs > 0.0 { report.attributed as f64 / secs } else { 0.0 }
+        )
+        .context("cannot write")?;
+    }
+    Ok(())
 }
 
 async fn run_capacity(a: CapacityArgs) -> anyhow::Result<()> {
