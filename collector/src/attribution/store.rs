@@ -171,6 +171,13 @@ macro_rules! feature_fields {
             OomFeatures { $($field: r.$field.clone(),)* }
         }
 
+        /// A stored row taken apart into its features and (with `neighbours`) its ranked
+        /// neighbours, without copying.
+        fn into_parts(r: OomAttributionRow, neighbours: bool) -> (OomFeatures, Vec<RankedNeighbour>) {
+            let ranked = if neighbours { neighbours_of(&r) } else { Vec::new() };
+            (OomFeatures { $($field: r.$field,)* }, ranked)
+        }
+
         #[cfg(test)]
         const FEATURE_FIELDS: &[&str] = &[$(stringify!($field)),*];
     };
@@ -447,17 +454,20 @@ pub async fn fetch_stored(
         .bind(window_ms)
         .fetch_all::<OomAttributionRow>()
         .await?;
-    let mut latest: HashMap<Key, OomAttributionRow> = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let k = key_of(&row.cluster, &row.node, row.event_id);
-        match latest.get(&k) {
-            Some(have) if have.attributed_ms >= row.attributed_ms => {}
-            _ => {
-                latest.insert(k, row);
-            }
-        }
-    }
-    Ok(latest.into_values().collect())
+    Ok(latest_per_event(rows))
+}
+
+/// One row per event key: the one with the highest `attributed_ms`.
+fn latest_per_event(mut rows: Vec<OomAttributionRow>) -> Vec<OomAttributionRow> {
+    rows.sort_unstable_by(|a, b| {
+        (&a.cluster, &a.node, a.event_id)
+            .cmp(&(&b.cluster, &b.node, b.event_id))
+            .then(b.attributed_ms.cmp(&a.attributed_ms))
+    });
+    rows.dedup_by(|later, kept| {
+        later.event_id == kept.event_id && later.node == kept.node && later.cluster == kept.cluster
+    });
+    rows
 }
 
 /// The attributed events of a window and (when asked for) their ranked neighbours.
@@ -489,11 +499,8 @@ pub async fn read_window(
             .await?;
     let mut out =
         WindowAttribution { stored: stored.len() as u64, live: missing.len() as u64, ..Default::default() };
-    let mut rows: Vec<(OomFeatures, Vec<RankedNeighbour>)> = stored
-        .iter()
-        .map(|r| (features_of(r), if neighbours { neighbours_of(r) } else { Vec::new() }))
-        .collect();
-    drop(stored);
+    let mut rows: Vec<(OomFeatures, Vec<RankedNeighbour>)> =
+        stored.into_iter().map(|r| into_parts(r, neighbours)).collect();
     let top_n = if neighbours { STORED_NEIGHBOURS } else { 0 };
     for chunk in chunks(&missing, DEFAULT_CHUNK_EVENTS, DEFAULT_CHUNK_SPAN_MS) {
         rows.extend(compute_chunk(client, db, chunk, window_ms, top_n).await?);
@@ -606,6 +613,21 @@ mod tests {
         assert_eq!(FEATURE_FIELDS, features);
         let row = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES;
         assert_eq!(&row[..features.len()], features, "the row starts with the features, in order");
+    }
+
+    #[test]
+    fn the_latest_row_of_each_event_wins() {
+        let row = |node: &str, id: u64, at: i64| OomAttributionRow {
+            cluster: "c".into(),
+            node: node.into(),
+            event_id: id,
+            attributed_ms: at,
+            ..OomAttributionRow::default()
+        };
+        let rows = vec![row("a", 1, 5), row("b", 1, 1), row("a", 1, 9), row("a", 2, 3), row("a", 1, 7)];
+        let kept: Vec<(String, u64, i64)> =
+            latest_per_event(rows).into_iter().map(|r| (r.node, r.event_id, r.attributed_ms)).collect();
+        assert_eq!(kept, [("a".to_owned(), 1, 9), ("a".to_owned(), 2, 3), ("b".to_owned(), 1, 1)]);
     }
 
     #[test]
