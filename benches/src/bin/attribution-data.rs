@@ -2,19 +2,22 @@
 //! process samples at 1 Hz over `--days` for `--nodes` × `--gpus` × `--procs` processes, plus
 //! `--events` OOM events with the attribution-relevant fields spread over the window — generated
 //! inside ClickHouse with `INSERT … SELECT … FROM numbers()` (one insert per node and day, with a
-//! progress bar), then times the report queries of issue 5 §5: one postmortem, the fleet breakdown
-//! by scenario over the whole window, and the capacity report. Results go to benches/README.md.
+//! progress bar), then stores every event's attribution once (`oom_attributions`, the backfill
+//! `oomlens attribute` runs; timed as the one-off cost) and times the report queries of issue 5 §5:
+//! one postmortem, the fleet breakdown by scenario over the whole window (the shipped SQL and the
+//! CLI's path over the stored rows), and the capacity report. Results go to benches/README.md.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use oomlens_collector::attribution::{self, FeatureWindow};
+use oomlens_collector::attribution::{self, FeatureWindow, store};
 use oomlens_collector::capacity::{self, GroupBy};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
 use oomlens_collector::devch::DevClickHouse;
 use oomlens_collector::postmortem::{self, Lookback, Selection};
+use oomlens_collector::queries::{self, ParamValue};
 
 /// Window start: 2026-01-05T00:00:00Z.
 const BASE_MS: i64 = 1_767_571_200_000;
@@ -183,6 +186,32 @@ async fn main() -> anyhow::Result<()> {
 
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
 
+    // The one-off cost of storing every event's attribution (oom_attributions): what
+    // `oomlens attribute` does after an upgrade; the collector's attributor then keeps up with
+    // arriving events. The reports below read the stored rows.
+    if want("attribute") {
+        ch.client().query("TRUNCATE TABLE oomlens.oom_attributions").execute().await?;
+        let opts = store::AttributeOptions::new(BASE_MS, until, oomlens_collector::timearg::now_ms());
+        let bar = ProgressBar::new(0);
+        bar.set_style(ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} events attributed ({per_sec})",
+        )?);
+        let t = Instant::now();
+        let r = store::attribute_pending_with_progress(db, "oomlens", &opts, &mut |p| {
+            bar.set_length(p.total);
+            bar.set_position(p.done);
+        })
+        .await?;
+        bar.finish_and_clear();
+        let took = t.elapsed().as_secs_f64();
+        println!(
+            "attribute (backfill, one-off): {} events in {} chunks, {took:.1} s ({:.0} events/s)",
+            r.attributed,
+            r.chunks,
+            r.attributed as f64 / took.max(1e-9)
+        );
+    }
+
     // One postmortem: select by id, explain (features + neighbours), the 10-minute curve.
     // A GPU event (every tenth is a host OOM kill).
     let id = a.events / 2 + 1;
@@ -216,12 +245,48 @@ async fn main() -> anyhow::Result<()> {
     // Fleet breakdown by attributed scenario over the whole window.
     let window = FeatureWindow { since_ms: BASE_MS, until_ms: until, window_ms: 60_000 };
     if want("breakdown") {
-        let (first, med, n) = time(a.runs.min(2), || async {
-            Ok(attribution::attribute_window(db, "oomlens", &window).await?.len())
+        // The shipped SQL over the stored rows (Grafana, clickhouse-client).
+        let (first, med, n) = time(a.runs, || async {
+            let q = queries::builtin("attribution_breakdown")?;
+            let rows = q
+                .bind(db, "oomlens", &[ParamValue::Int(BASE_MS), ParamValue::Int(until)])?
+                .fetch_bytes("TSV")?
+                .collect()
+                .await?;
+            Ok(rows.iter().filter(|b| **b == b'\n').count())
         })
         .await?;
         println!(
-            "scenario breakdown ({} days, {n} events attributed): first {:.0} ms, median {:.0} ms",
+            "scenario breakdown, attribution_breakdown.sql ({} days, {n} scenario/kind rows): first {:.0} ms, median {:.0} ms",
+            a.days,
+            ms(first),
+            ms(med)
+        );
+        // What the CLI does: every stored row read back, the current rules re-run in Rust.
+        let (first, med, n) = time(a.runs, || async {
+            let events = attribution::attribute_window(db, "oomlens", &window).await?;
+            let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
+            for e in &events {
+                *by.entry(e.attribution.scenario.as_str()).or_default() += 1;
+            }
+            Ok(format!("{} events: {by:?}", events.len()))
+        })
+        .await?;
+        println!(
+            "scenario breakdown, attribute_window over stored rows + rules ({} days, {n}): first {:.0} ms, median {:.0} ms",
+            a.days,
+            ms(first),
+            ms(med)
+        );
+    }
+    if a.only.iter().any(|o| o == "breakdown-live") {
+        // The old way, for comparison: features computed from every sample at query time.
+        let (first, med, n) = time(a.runs.min(1), || async {
+            Ok(attribution::attribute_window_live(db, "oomlens", &window).await?.len())
+        })
+        .await?;
+        println!(
+            "scenario breakdown computed live ({} days, {n} events attributed): first {:.0} ms, median {:.0} ms",
             a.days,
             ms(first),
             ms(med)
