@@ -278,14 +278,15 @@ pub async fn build(
     // Stored attributions and their stored top neighbours; events not stored yet are computed
     // live (attribution::store::read_window).
     let window = FeatureWindow { since_ms, until_ms, window_ms };
-    let attributed = attribution::store::read_window(client, db, &window, true).await?;
+    // Only the scenario is needed: the rules' decision without the evidence lines.
+    let attributed = attribution::store::read_window_features(client, db, &window, true).await?;
     let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
-        .events
+        .features
         .iter()
-        .map(|e| {
+        .map(|f| {
             (
-                (e.features.cluster.as_str(), e.features.node.as_str(), e.features.event_id),
-                e.attribution.scenario.as_str(),
+                (f.cluster.as_str(), f.node.as_str(), f.event_id),
+                attribution::rules::first_rule(f).scenario().as_str(),
             )
         })
         .collect();

@@ -470,6 +470,20 @@ fn latest_per_event(mut rows: Vec<OomAttributionRow>) -> Vec<OomAttributionRow> 
     rows
 }
 
+/// The features of every event of a window and (when asked for) their ranked neighbours.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowFeatures {
+    /// Every event of the window, newest first (as `oom_features` orders them).
+    pub features: Vec<OomFeatures>,
+    /// Their top-ranked neighbours, best first per event, in the order of `features` (empty
+    /// unless asked for).
+    pub neighbours: Vec<RankedNeighbour>,
+    /// How many events came from the stored table.
+    pub stored: u64,
+    /// How many were computed live (not stored yet, or stored with another look-back).
+    pub live: u64,
+}
+
 /// The attributed events of a window and (when asked for) their ranked neighbours.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WindowAttribution {
@@ -483,22 +497,21 @@ pub struct WindowAttribution {
     pub live: u64,
 }
 
-/// Every event of `window`: the stored attributions (current rules re-run on the stored
-/// features) plus the events not stored yet, computed live in chunks; with `neighbours`, also the
-/// top [`STORED_NEIGHBOURS`] neighbours of each event.
-pub async fn read_window(
+/// The features of every event of `window`: the stored rows plus the events not stored yet,
+/// computed live in chunks; with `neighbours`, also the top [`STORED_NEIGHBOURS`] neighbours of
+/// each event.
+pub async fn read_window_features(
     client: &clickhouse::Client,
     db: &str,
     window: &FeatureWindow,
     neighbours: bool,
-) -> Result<WindowAttribution, AttributionError> {
+) -> Result<WindowFeatures, AttributionError> {
     let window_ms = window.window_ms.max(0);
     let stored = fetch_stored(client, db, window.since_ms, window.until_ms, window_ms).await?;
     let missing =
         fetch_pending(client, db, window.since_ms, window.until_ms, i64::MAX, i64::MAX, window_ms, false)
             .await?;
-    let mut out =
-        WindowAttribution { stored: stored.len() as u64, live: missing.len() as u64, ..Default::default() };
+    let (n_stored, n_live) = (stored.len() as u64, missing.len() as u64);
     let mut rows: Vec<(OomFeatures, Vec<RankedNeighbour>)> =
         stored.into_iter().map(|r| into_parts(r, neighbours)).collect();
     let top_n = if neighbours { STORED_NEIGHBOURS } else { 0 };
@@ -507,18 +520,42 @@ pub async fn read_window(
     }
     // Newest first, like oom_features; several stored rows of one event were collapsed above,
     // and an event is either stored or missing.
-    rows.sort_by(|(a, _), (b, _)| {
+    rows.sort_unstable_by(|(a, _), (b, _)| {
         b.ts_ms
             .cmp(&a.ts_ms)
             .then_with(|| (&a.cluster, &a.node, a.event_id).cmp(&(&b.cluster, &b.node, b.event_id)))
     });
-    tracing::debug!(stored = out.stored, live = out.live, "attributions of a window");
+    tracing::debug!(stored = n_stored, live = n_live, "features of a window");
+    let mut out = WindowFeatures { stored: n_stored, live: n_live, ..WindowFeatures::default() };
+    out.features.reserve(rows.len());
     for (features, n) in rows {
         out.neighbours.extend(n);
-        let attribution = attribute(&features);
-        out.events.push(AttributedEvent { features, attribution });
+        out.features.push(features);
     }
     Ok(out)
+}
+
+/// Every event of `window` attributed by the current rules ([`read_window_features`]).
+pub async fn read_window(
+    client: &clickhouse::Client,
+    db: &str,
+    window: &FeatureWindow,
+    neighbours: bool,
+) -> Result<WindowAttribution, AttributionError> {
+    let w = read_window_features(client, db, window, neighbours).await?;
+    Ok(WindowAttribution {
+        events: w
+            .features
+            .into_iter()
+            .map(|features| {
+                let attribution = attribute(&features);
+                AttributedEvent { features, attribution }
+            })
+            .collect(),
+        neighbours: w.neighbours,
+        stored: w.stored,
+        live: w.live,
+    })
 }
 
 /// The periodic attributor's settings (`[attribution]` of the collector configuration).
