@@ -3,11 +3,12 @@
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 --
--- The rollup states are merged per GPU, minute and 0.1 % bucket first (exact before background
--- merges); the quantiles are weighted by the distinct sample counts over the buckets.
+-- FINAL merges the rollup states of each (GPU, minute, 0.1 % bucket) still spread over parts
+-- (exact before background merges); the quantiles are weighted by the distinct sample counts.
+-- The GPU model joins on gpu_key (the rollup's cityHash64(cluster, node, gpu_index)).
 SELECT
     group_key,
-    uniqExact(cluster, node, gpu_index) AS gpus,
+    uniqExact(gpu_key) AS gpus,
     sum(n) AS samples,
     arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(used_permille, n)) AS used_quantiles,
     max(bucket_max) AS used_max,
@@ -17,18 +18,17 @@ SELECT
 FROM
 (
     SELECT
-        cluster, node, gpu_index, minute_ms, used_permille,
-        uniqExactMerge(samples) AS n,
-        maxMerge(used_max) AS bucket_max,
-        minMerge(first_ts_ms) AS bucket_first_ts,
-        maxMerge(last_ts_ms) AS bucket_last_ts
-    FROM {db}.gpu_minutes
+        gpu_key, used_permille,
+        finalizeAggregation(samples) AS n,
+        finalizeAggregation(used_max) AS bucket_max,
+        finalizeAggregation(first_ts_ms) AS bucket_first_ts,
+        finalizeAggregation(last_ts_ms) AS bucket_last_ts
+    FROM {db}.gpu_minutes FINAL
     WHERE minute_ms >= ? AND minute_ms < ?
-    GROUP BY cluster, node, gpu_index, minute_ms, used_permille
 ) AS gpu
 ALL LEFT JOIN
 (
-    SELECT cluster, node, gpu_index, argMax(gpu_name, a_ts) AS group_key
+    SELECT cityHash64(cluster, node, gpu_index) AS gpu_key, argMax(gpu_name, a_ts) AS group_key
     FROM
     (
         SELECT
@@ -39,6 +39,6 @@ ALL LEFT JOIN
         FROM {db}.agents
     )
     GROUP BY cluster, node, gpu_index
-) AS model USING (cluster, node, gpu_index)
+) AS model USING (gpu_key)
 GROUP BY group_key
 ORDER BY group_key

@@ -221,7 +221,10 @@ pub struct CapacityReport {
     pub co_scheduling: Vec<CoScheduled>,
 }
 
-async fn headroom(
+/// The headroom rows of `capacity_headroom` (or `capacity_headroom_gpu_model` for
+/// [`GroupBy::GpuModel`]) over the whole minutes starting in `[since_ms, until_ms)`, read from the
+/// per-minute rollups (quantiles to 0.1 %).
+pub async fn headroom(
     client: &clickhouse::Client,
     db: &str,
     by: GroupBy,
@@ -681,7 +684,9 @@ mod tests {
         assert!("rack".parse::<GroupBy>().is_err());
         let q = queries::get("capacity_headroom").expect("capacity_headroom");
         assert!(
-            q.sql.contains("['cluster', 'node', 'namespace', 'workload']"),
+            ["cluster", "node", "namespace", "workload"]
+                .iter()
+                .all(|by| q.sql.contains(&format!("by = '{by}'"))),
             "the SQL knows every non-model grouping"
         );
     }

@@ -364,6 +364,7 @@ CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes_local ON CLUSTER oomlens (
     cluster LowCardinality(String),
     node LowCardinality(String),
     gpu_index UInt32,
+    gpu_key UInt64,
     minute_ms Int64,
     used_permille UInt16,
     samples AggregateFunction(uniqExact, Int64),
@@ -373,12 +374,13 @@ CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes_local ON CLUSTER oomlens (
 )
 ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/gpu_minutes', '{replica}')
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
-ORDER BY (cluster, node, gpu_index, minute_ms, used_permille)
+ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms, used_permille)
 TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
 CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes ON CLUSTER oomlens (
     cluster LowCardinality(String),
     node LowCardinality(String),
     gpu_index UInt32,
+    gpu_key UInt64,
     minute_ms Int64,
     used_permille UInt16,
     samples AggregateFunction(uniqExact, Int64),
@@ -388,14 +390,15 @@ CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes ON CLUSTER oomlens (
 )
 ENGINE = Distributed(oomlens, oomlens, gpu_minutes_local, cityHash64(cluster, node));
 CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.gpu_minutes_mv ON CLUSTER oomlens TO oomlens.gpu_minutes_local AS
-SELECT cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, uniqExactState(ts_ms) AS samples, maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, minState(ts_ms) AS first_ts_ms, maxState(ts_ms) AS last_ts_ms
+SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, uniqExactState(ts_ms) AS samples, maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, minState(ts_ms) AS first_ts_ms, maxState(ts_ms) AS last_ts_ms
 FROM oomlens.gpu_samples_local
 WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes) AND 1
-GROUP BY cluster, node, gpu_index, minute_ms, used_permille;
+GROUP BY cluster, node, gpu_index, gpu_key, minute_ms, used_permille;
 CREATE TABLE IF NOT EXISTS oomlens.process_minutes_local ON CLUSTER oomlens (
     cluster LowCardinality(String),
     node LowCardinality(String),
     gpu_index UInt32,
+    gpu_key UInt64,
     minute_ms Int64,
     workload LowCardinality(String),
     namespace LowCardinality(String),
@@ -403,12 +406,13 @@ CREATE TABLE IF NOT EXISTS oomlens.process_minutes_local ON CLUSTER oomlens (
 )
 ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/process_minutes', '{replica}')
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
-ORDER BY (cluster, node, gpu_index, minute_ms, workload, namespace)
+ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace)
 TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
 CREATE TABLE IF NOT EXISTS oomlens.process_minutes ON CLUSTER oomlens (
     cluster LowCardinality(String),
     node LowCardinality(String),
     gpu_index UInt32,
+    gpu_key UInt64,
     minute_ms Int64,
     workload LowCardinality(String),
     namespace LowCardinality(String),
@@ -416,7 +420,7 @@ CREATE TABLE IF NOT EXISTS oomlens.process_minutes ON CLUSTER oomlens (
 )
 ENGINE = Distributed(oomlens, oomlens, process_minutes_local, cityHash64(cluster, node));
 CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.process_minutes_mv ON CLUSTER oomlens TO oomlens.process_minutes_local AS
-SELECT cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, label_values[indexOf(label_keys, 'namespace')] AS namespace, maxState(ifNull(used_bytes, 0)) AS used_max
+SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, label_values[indexOf(label_keys, 'namespace')] AS namespace, maxState(ifNull(used_bytes, 0)) AS used_max
 FROM oomlens.process_samples_local
 WHERE 1 AND 1
-GROUP BY cluster, node, gpu_index, minute_ms, workload, namespace;
+GROUP BY cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace;

@@ -48,7 +48,9 @@ struct Args {
     /// Keep the data already loaded in --dir.
     #[arg(long)]
     skip_load: bool,
-    /// Time only these: postmortem, breakdown, capacity (comma-separated; default all).
+    /// Time only these: attribute (the backfill of oom_attributions), postmortem, breakdown,
+    /// headroom, capacity, breakdown-live (the old live computation; only when named)
+    /// (comma-separated; default all but breakdown-live).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Timed repetitions of each query (the median is reported).
@@ -169,7 +171,9 @@ async fn main() -> anyhow::Result<()> {
     let ch = Ch::connect(&cfg).await?;
     ch.migrate().await?;
     if !a.skip_load {
-        for t in ["gpu_samples", "process_samples", "oom_events"] {
+        // The migration created the rollup views first, so the load below fills the per-minute
+        // rollups as the collector's inserts would.
+        for t in ["gpu_samples", "process_samples", "oom_events", "gpu_minutes", "process_minutes"] {
             ch.client().query(&format!("TRUNCATE TABLE oomlens.{t}")).execute().await?;
         }
         load(&ch, &a).await?;
@@ -182,6 +186,8 @@ async fn main() -> anyhow::Result<()> {
     let (gs, ps, ev) =
         (count("gpu_samples").await?, count("process_samples").await?, count("oom_events").await?);
     println!("rows: gpu_samples {gs}, process_samples {ps} (total {}), oom_events {ev}", gs + ps);
+    let (gm, pm) = (count("gpu_minutes").await?, count("process_minutes").await?);
+    println!("rollup rows (before merges): gpu_minutes {gm}, process_minutes {pm}");
     let until = BASE_MS + i64::from(a.days) * DAY_MS;
 
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
@@ -291,6 +297,22 @@ async fn main() -> anyhow::Result<()> {
             ms(first),
             ms(med)
         );
+    }
+
+    // The headroom queries alone (per-minute rollups), by node and by GPU model.
+    if want("headroom") {
+        for by in [GroupBy::Node, GroupBy::GpuModel] {
+            let (first, med, n) = time(a.runs, || async {
+                Ok(capacity::headroom(db, "oomlens", by, BASE_MS, until).await?.len())
+            })
+            .await?;
+            println!(
+                "capacity_headroom by {} ({n} groups): first {:.0} ms, median {:.0} ms",
+                by.as_str(),
+                ms(first),
+                ms(med)
+            );
+        }
     }
 
     // Capacity report by node over the whole window.

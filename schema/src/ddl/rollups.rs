@@ -4,6 +4,11 @@
 //! samples: at fleet scale (100 M samples over 7 days) the raw scan takes tens of seconds, the
 //! rollups answer in about a second.
 //!
+//! Both carry `gpu_key = cityHash64(cluster, node, gpu_index)` (a function of the key, so it
+//! does not change the grouping): the readers join the two on (`gpu_key`, minute), two numbers
+//! instead of two strings and two numbers — several times faster at fleet scale. Two GPUs of a
+//! fleet of 100 000 share a 64-bit key with a probability of about 3·10⁻¹⁰.
+//!
 //! * `gpu_minutes` — per (cluster, node, gpu_index, minute, `used_permille` = ⌊1000 × used /
 //!   total⌋): `uniqExactState(ts_ms)` (the distinct sample times of that GPU, minute and bucket),
 //!   `maxState` of used/total, `minState`/`maxState` of `ts_ms`.
@@ -84,6 +89,7 @@ pub fn rollups() -> Vec<RollupSpec> {
                 lc("cluster"),
                 lc("node"),
                 col("gpu_index", "UInt32"),
+                col("gpu_key", "UInt64"),
                 col("minute_ms", "Int64"),
                 col("used_permille", "UInt16"),
                 col("samples", "AggregateFunction(uniqExact, Int64)"),
@@ -91,8 +97,9 @@ pub fn rollups() -> Vec<RollupSpec> {
                 col("first_ts_ms", "AggregateFunction(min, Int64)"),
                 col("last_ts_ms", "AggregateFunction(max, Int64)"),
             ],
-            order_by: "cluster, node, gpu_index, minute_ms, used_permille",
-            select: "cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, \
+            order_by: "cluster, node, gpu_index, gpu_key, minute_ms, used_permille",
+            select: "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
+             intDiv(ts_ms, 60000) * 60000 AS minute_ms, \
              toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, \
              uniqExactState(ts_ms) AS samples, \
              maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, \
@@ -107,13 +114,15 @@ pub fn rollups() -> Vec<RollupSpec> {
                 lc("cluster"),
                 lc("node"),
                 col("gpu_index", "UInt32"),
+                col("gpu_key", "UInt64"),
                 col("minute_ms", "Int64"),
                 lc("workload"),
                 lc("namespace"),
                 col("used_max", "AggregateFunction(max, UInt64)"),
             ],
-            order_by: "cluster, node, gpu_index, minute_ms, workload, namespace",
-            select: "cluster, node, gpu_index, intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, \
+            order_by: "cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace",
+            select: "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
+                     intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, \
                      label_values[indexOf(label_keys, 'namespace')] AS namespace, \
                      maxState(ifNull(used_bytes, 0)) AS used_max",
             filter: "1",
