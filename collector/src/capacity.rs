@@ -6,8 +6,8 @@
 //! scenario (the events of `capacity_events.sql` with their attributions), the workloads closest to
 //! the edge, the most frequent noisy neighbours and the co-scheduling pairs that precede OOMs (the
 //! top 3 ranked neighbours of each event), rendered as text, JSON and a self-contained HTML page
-//! with inline SVG charts. Attributions and neighbours come from the stored `oom_attributions`
-//! ([`crate::attribution::store::read_window`]; events not stored yet are computed live).
+//! with inline SVG charts. Scenarios and neighbours come from the stored `oom_attributions`
+//! ([`crate::attribution::store::read_window_scenarios`]; events not stored yet are computed live).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -278,20 +278,14 @@ pub async fn build(
         .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
         .fetch_all::<CapacityEvent>()
         .await?;
-    // Stored attributions and their stored top neighbours; events not stored yet are computed
-    // live (attribution::store::read_window).
+    // Each event's scenario (stored by the current rules, else re-scored from the stored features
+    // or computed live) and its stored top neighbours (attribution::store::read_window_scenarios).
     let window = FeatureWindow { since_ms, until_ms, window_ms };
-    // Only the scenario is needed: the rules' decision without the evidence lines.
-    let attributed = attribution::store::read_window_features(client, db, &window, true).await?;
+    let attributed = attribution::store::read_window_scenarios(client, db, &window, true).await?;
     let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
-        .features
+        .events
         .iter()
-        .map(|f| {
-            (
-                (f.cluster.as_str(), f.node.as_str(), f.event_id),
-                attribution::rules::first_rule(f).scenario().as_str(),
-            )
-        })
+        .map(|e| ((e.cluster.as_str(), e.node.as_str(), e.event_id), e.scenario.as_str()))
         .collect();
     let neighbours = &attributed.neighbours;
     tracing::debug!(

@@ -66,6 +66,30 @@ async fn assert_same_as_live(
     }
     assert_eq!(read.neighbours, neighbours, "{what}: neighbours");
     assert_eq!(attribution::attribute_window(db, "oomlens", window).await.unwrap(), events, "{what}");
+    // The scenario-only reader (capacity report): the same scenarios and neighbours.
+    let want: Vec<(String, String, u64, i64, &str)> = events
+        .iter()
+        .map(|e| {
+            let f = &e.features;
+            (f.cluster.clone(), f.node.clone(), f.event_id, f.ts_ms, e.attribution.scenario.as_str())
+        })
+        .collect();
+    for with_neighbours in [true, false] {
+        let sc = store::read_window_scenarios(db, "oomlens", window, with_neighbours).await.unwrap();
+        let got: Vec<(String, String, u64, i64, &str)> = sc
+            .events
+            .iter()
+            .map(|e| (e.cluster.clone(), e.node.clone(), e.event_id, e.ts_ms, e.scenario.as_str()))
+            .collect();
+        assert_eq!(got, want, "{what}: scenarios");
+        if with_neighbours {
+            assert_eq!(sc.neighbours, neighbours, "{what}: neighbours of the scenario reader");
+        } else {
+            assert!(sc.neighbours.is_empty());
+        }
+        assert_eq!(sc.stored + sc.rescored, read.stored, "{what}");
+        assert_eq!(sc.live, read.live, "{what}");
+    }
     read
 }
 
@@ -193,6 +217,8 @@ async fn stored_and_live_attributions_are_identical() {
     }
     let read = assert_same_as_live(db, &all, "tampered stored scenario").await;
     assert_eq!(read.stored, distinct);
+    let sc = store::read_window_scenarios(db, "oomlens", &all, true).await.unwrap();
+    assert_eq!((sc.stored, sc.rescored), (distinct - 1, 1), "a row of another rules version is re-scored");
     assert!(breakdown(db).await.keys().any(|(s, _)| s == "bogus"), "the SQL shows the stored scenario");
 
     // Part stored, part live: only the older half of the events is stored.

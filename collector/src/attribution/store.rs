@@ -23,9 +23,10 @@ use oomlens_schema::rows::{OomAttributionRow, TableRow};
 use serde::{Deserialize, Serialize};
 
 use super::features::{self, DEFAULT_WINDOW_MS, FeatureWindow, Neighbour, OomFeatures};
-use super::rules::{RULES_VERSION, attribute};
+use super::rules::{RULES_VERSION, attribute, first_rule};
 use super::{AttributedEvent, AttributionError};
 use crate::queries::{self, ParamValue, QueryError};
+use oomlens_schema::Scenario;
 
 /// Neighbours stored per event (the capacity report ranks the top 3).
 pub const STORED_NEIGHBOURS: u32 = 3;
@@ -507,10 +508,22 @@ pub async fn read_window_features(
     neighbours: bool,
 ) -> Result<WindowFeatures, AttributionError> {
     let window_ms = window.window_ms.max(0);
-    let stored = fetch_stored(client, db, window.since_ms, window.until_ms, window_ms).await?;
-    let missing =
+    // The unstored events first, then the stored rows: an event the attributor stores in between
+    // is then in both lists (and counted once, below) rather than in neither.
+    let mut missing =
         fetch_pending(client, db, window.since_ms, window.until_ms, i64::MAX, i64::MAX, window_ms, false)
             .await?;
+    let stored = fetch_stored(client, db, window.since_ms, window.until_ms, window_ms).await?;
+    if !missing.is_empty() {
+        let mut unstored: HashSet<Key> =
+            missing.iter().map(|e| key_of(&e.cluster, &e.node, e.event_id)).collect();
+        let lo = missing.iter().map(|e| e.ts_ms).min().unwrap_or(i64::MIN);
+        let hi = missing.iter().map(|e| e.ts_ms).max().unwrap_or(i64::MAX);
+        for r in stored.iter().filter(|r| r.ts_ms >= lo && r.ts_ms <= hi) {
+            unstored.remove(&key_of(&r.cluster, &r.node, r.event_id));
+        }
+        missing.retain(|e| unstored.contains(&key_of(&e.cluster, &e.node, e.event_id)));
+    }
     let (n_stored, n_live) = (stored.len() as u64, missing.len() as u64);
     let mut rows: Vec<(OomFeatures, Vec<RankedNeighbour>)> =
         stored.into_iter().map(|r| into_parts(r, neighbours)).collect();
@@ -556,6 +569,197 @@ pub async fn read_window(
         stored: w.stored,
         live: w.live,
     })
+}
+
+/// The stored columns a scenario count needs: the key, the answer and its rules version, the
+/// neighbours.
+#[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
+struct StoredAnswer {
+    cluster: String,
+    node: String,
+    event_id: u64,
+    ts_ms: i64,
+    attributed_ms: i64,
+    rules_version: u32,
+    scenario: String,
+    neighbour_workloads: Vec<String>,
+    neighbour_pids: Vec<u32>,
+    neighbour_used_bytes: Vec<u64>,
+    neighbour_growth_bytes: Vec<i64>,
+}
+
+/// One event's scenario by the current rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventScenario {
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// Event id.
+    pub event_id: u64,
+    /// Failure time.
+    pub ts_ms: i64,
+    /// The scenario.
+    pub scenario: Scenario,
+}
+
+/// The scenario of every event of a window and (when asked for) their ranked neighbours.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowScenarios {
+    /// Every event of the window, newest first.
+    pub events: Vec<EventScenario>,
+    /// Their top-ranked neighbours, best first per event, in the order of `events`.
+    pub neighbours: Vec<RankedNeighbour>,
+    /// Events answered from the stored scenario (stored by the current rules version).
+    pub stored: u64,
+    /// Events whose stored features were re-scored (stored by another rules version).
+    pub rescored: u64,
+    /// Events computed live.
+    pub live: u64,
+}
+
+/// The scenario of every event of `window` by the current rules, reading as little as possible:
+/// a stored row written by the current [`RULES_VERSION`] answers with its stored scenario (the
+/// same rules on the same features), one written by another version is re-scored from its stored
+/// features, and events not stored yet are computed live. Equal to the scenarios of
+/// [`read_window`] (the integration test checks it); used by the capacity report.
+pub async fn read_window_scenarios(
+    client: &clickhouse::Client,
+    db: &str,
+    window: &FeatureWindow,
+    neighbours: bool,
+) -> Result<WindowScenarios, AttributionError> {
+    let window_ms = window.window_ms.max(0);
+    // As in read_window_features: unstored first, then stored; an event in both counts as stored.
+    let missing =
+        fetch_pending(client, db, window.since_ms, window.until_ms, i64::MAX, i64::MAX, window_ms, false)
+            .await?;
+    let mut columns = <StoredAnswer as clickhouse::Row>::COLUMN_NAMES.to_vec();
+    if !neighbours {
+        // Empty arrays in their place: same row layout, nothing read.
+        columns.truncate(columns.len() - 4);
+        columns.extend([
+            "CAST([] AS Array(String))",
+            "CAST([] AS Array(UInt32))",
+            "CAST([] AS Array(UInt64))",
+            "CAST([] AS Array(Int64))",
+        ]);
+    }
+    let sql = format!(
+        "SELECT {} FROM {} WHERE ts_ms >= ? AND ts_ms < ? AND window_ms = ?",
+        columns.join(", "),
+        table(db)?
+    );
+    let mut answers = client
+        .query(&sql)
+        .bind(window.since_ms)
+        .bind(window.until_ms)
+        .bind(window_ms)
+        .fetch_all::<StoredAnswer>()
+        .await?;
+    answers.sort_unstable_by(|a, b| {
+        (&a.cluster, &a.node, a.event_id)
+            .cmp(&(&b.cluster, &b.node, b.event_id))
+            .then(b.attributed_ms.cmp(&a.attributed_ms))
+    });
+    answers.dedup_by(|later, kept| {
+        later.event_id == kept.event_id && later.node == kept.node && later.cluster == kept.cluster
+    });
+    let mut out = WindowScenarios::default();
+    let mut rows: Vec<(EventScenario, Vec<RankedNeighbour>)> = Vec::with_capacity(answers.len());
+    let mut outdated: Vec<StoredAnswer> = Vec::new();
+    for a in answers {
+        match a.scenario.parse::<Scenario>() {
+            Ok(scenario) if a.rules_version == RULES_VERSION => {
+                let ranked = if neighbours { answer_neighbours(&a) } else { Vec::new() };
+                let ev = EventScenario {
+                    cluster: a.cluster,
+                    node: a.node,
+                    event_id: a.event_id,
+                    ts_ms: a.ts_ms,
+                    scenario,
+                };
+                rows.push((ev, ranked));
+            }
+            _ => outdated.push(a),
+        }
+    }
+    out.stored = rows.len() as u64;
+    if let (Some(lo), Some(hi)) =
+        (outdated.iter().map(|a| a.ts_ms).min(), outdated.iter().map(|a| a.ts_ms).max())
+    {
+        let wanted: HashSet<Key> = outdated.iter().map(|a| key_of(&a.cluster, &a.node, a.event_id)).collect();
+        for r in fetch_stored(client, db, lo, hi.saturating_add(1), window_ms).await? {
+            if wanted.contains(&key_of(&r.cluster, &r.node, r.event_id)) {
+                let (f, ranked) = into_parts(r, neighbours);
+                rows.push((scenario_row(&f), ranked));
+                out.rescored += 1;
+            }
+        }
+    }
+    let stored_keys: HashSet<Key> = if missing.is_empty() {
+        HashSet::new()
+    } else {
+        let lo = missing.iter().map(|e| e.ts_ms).min().unwrap_or(i64::MIN);
+        let hi = missing.iter().map(|e| e.ts_ms).max().unwrap_or(i64::MAX);
+        rows.iter()
+            .filter(|(e, _)| e.ts_ms >= lo && e.ts_ms <= hi)
+            .map(|(e, _)| key_of(&e.cluster, &e.node, e.event_id))
+            .collect()
+    };
+    let missing: Vec<EventKey> = missing
+        .into_iter()
+        .filter(|e| !stored_keys.contains(&key_of(&e.cluster, &e.node, e.event_id)))
+        .collect();
+    let top_n = if neighbours { STORED_NEIGHBOURS } else { 0 };
+    for chunk in chunks(&missing, DEFAULT_CHUNK_EVENTS, DEFAULT_CHUNK_SPAN_MS) {
+        for (f, ranked) in compute_chunk(client, db, chunk, window_ms, top_n).await? {
+            rows.push((scenario_row(&f), ranked));
+            out.live += 1;
+        }
+    }
+    rows.sort_unstable_by(|(a, _), (b, _)| {
+        b.ts_ms
+            .cmp(&a.ts_ms)
+            .then_with(|| (&a.cluster, &a.node, a.event_id).cmp(&(&b.cluster, &b.node, b.event_id)))
+    });
+    out.events.reserve(rows.len());
+    for (ev, ranked) in rows {
+        out.neighbours.extend(ranked);
+        out.events.push(ev);
+    }
+    tracing::debug!(stored = out.stored, rescored = out.rescored, live = out.live, "scenarios of a window");
+    Ok(out)
+}
+
+fn scenario_row(f: &OomFeatures) -> EventScenario {
+    EventScenario {
+        cluster: f.cluster.clone(),
+        node: f.node.clone(),
+        event_id: f.event_id,
+        ts_ms: f.ts_ms,
+        scenario: first_rule(f).scenario(),
+    }
+}
+
+fn answer_neighbours(a: &StoredAnswer) -> Vec<RankedNeighbour> {
+    let n = a
+        .neighbour_workloads
+        .len()
+        .min(a.neighbour_pids.len())
+        .min(a.neighbour_used_bytes.len())
+        .min(a.neighbour_growth_bytes.len());
+    (0..n)
+        .map(|i| RankedNeighbour {
+            cluster: a.cluster.clone(),
+            node: a.node.clone(),
+            event_id: a.event_id,
+            workload: a.neighbour_workloads[i].clone(),
+            pid: a.neighbour_pids[i],
+            used_bytes: a.neighbour_used_bytes[i],
+            growth_bytes: a.neighbour_growth_bytes[i],
+        })
+        .collect()
 }
 
 /// The periodic attributor's settings (`[attribution]` of the collector configuration).
