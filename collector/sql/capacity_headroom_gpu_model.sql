@@ -1,30 +1,32 @@
 -- name: capacity_headroom_gpu_model
--- description: GPU memory headroom per GPU model (the name the agents reported, '' when unknown) in a time window of whole minutes (a minute counts when it starts in the window): GPUs, samples, p50/p95/p99 (to 0.1 %, rounded down) and max of used/total, samples at or above 90 %. Reads the per-minute rollup gpu_minutes; GPU samples re-sent with the same time are counted once.
+-- description: GPU memory headroom per GPU model (the name the agents reported, '' when unknown) in a time window of whole minutes (a minute counts when it starts in the window): GPUs, sampled seconds, p50/p95/p99 (to 0.1 %, rounded down) and max of used/total, sampled seconds at or above 90 %. Reads the per-minute rollup gpu_minutes; GPU samples re-sent are counted once.
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 --
--- FINAL merges the rollup states of each (GPU, minute, 0.1 % bucket) still spread over parts
--- (exact before background merges); the quantiles are weighted by the distinct sample counts.
+-- The rollup states of each (GPU, minute, 1 % bucket) are merged first (exact before background
+-- merges: OR-ed seconds masks); mask j counts the seconds in the 0.1 % bucket 10 × used_pct + j.
 -- The GPU model joins on gpu_key (the rollup's cityHash64(cluster, node, gpu_index)).
 SELECT
     group_key,
     uniqExact(gpu_key) AS gpus,
-    sum(n) AS samples,
-    arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(used_permille, n)) AS used_quantiles,
+    sum(arraySum(seconds)) AS samples,
+    arrayMap(b -> b / 1000, quantilesExactWeightedArray(0.5, 0.95, 0.99)(buckets, seconds)) AS used_quantiles,
     max(bucket_max) AS used_max,
-    sumIf(n, used_permille >= 900) AS samples_above_90,
+    sumIf(arraySum(seconds), used_pct >= 90) AS samples_above_90,
     min(bucket_first_ts) AS first_ts_ms,
     max(bucket_last_ts) AS last_ts_ms
 FROM
 (
     SELECT
-        gpu_key, used_permille,
-        finalizeAggregation(samples) AS n,
-        finalizeAggregation(used_max) AS bucket_max,
-        finalizeAggregation(first_ts_ms) AS bucket_first_ts,
-        finalizeAggregation(last_ts_ms) AS bucket_last_ts
-    FROM {db}.gpu_minutes FINAL
+        gpu_key, minute_ms, used_pct,
+        arrayMap(m -> toUInt64(length(bitmaskToArray(m))), groupBitOrForEachMerge(gpu_minutes.seconds)) AS seconds,
+        arrayMap(j -> toUInt16(used_pct * 10 + j), range(10)) AS buckets,
+        maxMerge(used_max) AS bucket_max,
+        minMerge(first_ts_ms) AS bucket_first_ts,
+        maxMerge(last_ts_ms) AS bucket_last_ts
+    FROM {db}.gpu_minutes
     WHERE minute_ms >= ? AND minute_ms < ?
+    GROUP BY gpu_key, minute_ms, used_pct
 ) AS gpu
 ALL LEFT JOIN
 (

@@ -1,8 +1,9 @@
 //! The per-minute rollups (`gpu_minutes`, `process_minutes`) against a real ClickHouse: filled by
 //! their materialized views on insert, equal to an independent computation from the fixture
 //! files, unchanged when the same rows are inserted again (the collector is at-least-once), before
-//! and after merges; backfilled when a migration creates the views over existing rows; and the
-//! `capacity_headroom` answer computed from them equal to one computed from the raw samples.
+//! and after merges; backfilled when a migration creates the views over existing rows; the
+//! `capacity_headroom` answer computed from them equal to one computed from the raw samples; and
+//! the unit they count, the sampled second per 0.1 % bucket (10 Hz samples count once a second).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -25,17 +26,20 @@ fn fixture(table: &str) -> String {
 }
 
 type GpuKey = (String, String, u32, i64, u16);
+/// Sub-buckets (0.1 %) per `used_pct` row of `gpu_minutes`.
+const SUB: usize = 10;
 type ProcessKey = (String, String, u32, i64, String, String);
 
-/// One merged `gpu_minutes` bucket: distinct sample times, max used/total, first and last time.
+/// One merged `gpu_minutes` row: per 0.1 % sub-bucket the mask of seconds with a sample, max
+/// used/total, first and last time.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Deserialize)]
 struct GpuMinute {
     cluster: String,
     node: String,
     gpu_index: u32,
     minute_ms: i64,
-    used_permille: u16,
-    samples: u64,
+    used_pct: u16,
+    seconds: Vec<u64>,
     used_max: f64,
     first_ts_ms: i64,
     last_ts_ms: i64,
@@ -52,10 +56,11 @@ struct ProcessMinute {
     used_max: u64,
 }
 
-/// `gpu_minutes` computed from the fixture file: per GPU, minute and ⌊1000 × used/total⌋ the set
-/// of sample times (a re-sent sample has the same time), the max ratio and the time range.
+/// `gpu_minutes` computed from the fixture file: per GPU, minute and ⌊100 × used/total⌋ the
+/// seconds with a sample in each 0.1 % sub-bucket (a re-sent sample sets the same bit), the max
+/// ratio and the time range.
 fn expected_gpu_minutes() -> Vec<GpuMinute> {
-    let mut by: BTreeMap<GpuKey, (BTreeSet<i64>, f64)> = BTreeMap::new();
+    let mut by: BTreeMap<GpuKey, ([u64; SUB], BTreeSet<i64>, f64)> = BTreeMap::new();
     for line in fixture("gpu_samples").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         let (Some(used), Some(total)) = (r["memory_used_bytes"].as_u64(), r["memory_total_bytes"].as_u64())
@@ -67,25 +72,27 @@ fn expected_gpu_minutes() -> Vec<GpuMinute> {
         }
         let ts = r["ts_ms"].as_i64().unwrap();
         let ratio = used as f64 / total as f64;
+        let permille = (ratio * 1000.0).floor().min(65_535.0) as u16;
         let key = (
             r["cluster"].as_str().unwrap().to_owned(),
             r["node"].as_str().unwrap().to_owned(),
             u32::try_from(r["gpu_index"].as_u64().unwrap()).unwrap(),
             ts.div_euclid(60_000) * 60_000,
-            (ratio * 1000.0).floor().min(65_535.0) as u16,
+            permille / 10,
         );
-        let e = by.entry(key).or_insert_with(|| (BTreeSet::new(), f64::MIN));
-        e.0.insert(ts);
-        e.1 = e.1.max(ratio);
+        let e = by.entry(key).or_insert_with(|| ([0; SUB], BTreeSet::new(), f64::MIN));
+        e.0[usize::from(permille % 10)] |= 1 << (ts.rem_euclid(60_000) / 1000);
+        e.1.insert(ts);
+        e.2 = e.2.max(ratio);
     }
     by.into_iter()
-        .map(|((cluster, node, gpu_index, minute_ms, used_permille), (times, used_max))| GpuMinute {
+        .map(|((cluster, node, gpu_index, minute_ms, used_pct), (masks, times, used_max))| GpuMinute {
             cluster,
             node,
             gpu_index,
             minute_ms,
-            used_permille,
-            samples: times.len() as u64,
+            used_pct,
+            seconds: masks.to_vec(),
             used_max,
             first_ts_ms: *times.first().unwrap(),
             last_ts_ms: *times.last().unwrap(),
@@ -131,10 +138,11 @@ fn expected_process_minutes() -> Vec<ProcessMinute> {
 async fn gpu_minutes(ch: &Ch) -> Vec<GpuMinute> {
     ch.client()
         .query(
-            "SELECT cluster, node, gpu_index, minute_ms, used_permille, uniqExactMerge(samples) AS samples, \
-             maxMerge(used_max) AS used_max, minMerge(first_ts_ms) AS first_ts_ms, maxMerge(last_ts_ms) AS last_ts_ms \
-             FROM oomlens.gpu_minutes GROUP BY cluster, node, gpu_index, minute_ms, used_permille \
-             ORDER BY cluster, node, gpu_index, minute_ms, used_permille",
+            "SELECT cluster, node, gpu_index, minute_ms, used_pct, \
+             groupBitOrForEachMerge(gpu_minutes.seconds) AS seconds, maxMerge(used_max) AS used_max, \
+             minMerge(first_ts_ms) AS first_ts_ms, maxMerge(last_ts_ms) AS last_ts_ms \
+             FROM oomlens.gpu_minutes GROUP BY cluster, node, gpu_index, minute_ms, used_pct \
+             ORDER BY cluster, node, gpu_index, minute_ms, used_pct",
         )
         .fetch_all()
         .await
@@ -177,18 +185,22 @@ async fn headroom(ch: &Ch, by: &str) -> Vec<HeadroomRow> {
 }
 
 /// `capacity_headroom` by node computed straight from the raw `gpu_samples` (no rollup): GPUs,
-/// distinct samples, max, samples ≥ 90 %, first and last time; the quantiles to the bucket.
+/// sampled (second, 0.1 % bucket) pairs, quantiles to the bucket, max, pairs ≥ 90 %, first and
+/// last time.
 async fn raw_headroom_by_node(ch: &Ch) -> Vec<HeadroomRow> {
     ch.client()
         .query(
             "SELECT toString(node) AS group_key, uniqExact(cluster, node, gpu_index) AS gpus, count() AS samples, \
-             arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(toUInt16(floor(ratio * 1000)), toUInt64(1))) \
-               AS used_quantiles, \
-             max(ratio) AS used_max, countIf(ratio >= 0.9) AS samples_above_90, min(ts_ms) AS first_ts_ms, \
-             max(ts_ms) AS last_ts_ms \
-             FROM (SELECT DISTINCT cluster, node, gpu_index, ts_ms, \
-                     toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) AS ratio \
-                   FROM oomlens.gpu_samples WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes)) \
+             arrayMap(b -> b / 1000, quantilesExactWeighted(0.5, 0.95, 0.99)(permille, toUInt64(1))) AS used_quantiles, \
+             max(second_max) AS used_max, countIf(permille >= 900) AS samples_above_90, \
+             min(second_first) AS first_ts_ms, max(second_last) AS last_ts_ms \
+             FROM (SELECT cluster, node, gpu_index, intDiv(ts_ms, 1000) AS second, \
+                     toUInt16(floor(ratio * 1000)) AS permille, max(ratio) AS second_max, \
+                     min(ts_ms) AS second_first, max(ts_ms) AS second_last \
+                   FROM (SELECT cluster, node, gpu_index, ts_ms, \
+                           toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) AS ratio \
+                         FROM oomlens.gpu_samples WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes)) \
+                   GROUP BY cluster, node, gpu_index, second, permille) \
              GROUP BY group_key ORDER BY group_key",
         )
         .fetch_all()
@@ -279,5 +291,34 @@ async fn migration_backfills_rows_stored_before_the_views() {
     assert_eq!(process_minutes(&ch).await, want_proc);
     let next = ch.migrate().await.unwrap();
     assert!(next.rollups_created.is_empty() && next.backfilled.is_empty(), "{next}");
+    drop(ch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unit_is_the_sampled_second_per_bucket() {
+    let server = start_clickhouse();
+    let ch = migrated(&server).await;
+    // One GPU at 10 Hz (the flight recorder on a hot GPU): second 0 has three samples in the 91.0 %
+    // bucket and one in the 92.0 % bucket, second 1 one sample at 50.0 %; then the same rows again.
+    let total: u64 = 1_000_000;
+    let rows = [(0, 910_000), (100, 910_400), (200, 910_999), (300, 920_000), (1_000, 500_000)];
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(ms, used)| format!("('c', 'hot', 0, {}, 'a', {used}, {total})", 1_767_571_200_000_i64 + ms))
+        .collect();
+    let sql = format!(
+        "INSERT INTO oomlens.gpu_samples (cluster, node, gpu_index, ts_ms, agent_id, memory_used_bytes, \
+         memory_total_bytes) VALUES {}",
+        values.join(", ")
+    );
+    ch.execute(&sql).await.unwrap();
+    ch.execute(&sql).await.unwrap();
+    let rows = headroom(&ch, "node").await;
+    let [row] = rows.as_slice() else { panic!("{rows:?}") };
+    assert_eq!(row.samples, 3, "(second 0, 91.0 %), (second 0, 92.0 %), (second 1, 50.0 %)");
+    assert_eq!(row.samples_above_90, 2);
+    assert_eq!(row.used_quantiles, [0.91, 0.92, 0.92]);
+    assert_eq!(row.used_max, 0.92);
+    assert_eq!((row.first_ts_ms, row.last_ts_ms), (1_767_571_200_000, 1_767_571_201_000));
     drop(ch);
 }

@@ -366,15 +366,15 @@ CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes_local ON CLUSTER oomlens (
     gpu_index UInt32,
     gpu_key UInt64,
     minute_ms Int64,
-    used_permille UInt16,
-    samples AggregateFunction(uniqExact, Int64),
+    used_pct UInt16,
+    seconds AggregateFunction(groupBitOrForEach, Array(UInt64)),
     used_max AggregateFunction(max, Float64),
     first_ts_ms AggregateFunction(min, Int64),
     last_ts_ms AggregateFunction(max, Int64)
 )
 ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/gpu_minutes', '{replica}')
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
-ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms, used_permille)
+ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms, used_pct)
 TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
 CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes ON CLUSTER oomlens (
     cluster LowCardinality(String),
@@ -382,18 +382,18 @@ CREATE TABLE IF NOT EXISTS oomlens.gpu_minutes ON CLUSTER oomlens (
     gpu_index UInt32,
     gpu_key UInt64,
     minute_ms Int64,
-    used_permille UInt16,
-    samples AggregateFunction(uniqExact, Int64),
+    used_pct UInt16,
+    seconds AggregateFunction(groupBitOrForEach, Array(UInt64)),
     used_max AggregateFunction(max, Float64),
     first_ts_ms AggregateFunction(min, Int64),
     last_ts_ms AggregateFunction(max, Int64)
 )
 ENGINE = Distributed(oomlens, oomlens, gpu_minutes_local, cityHash64(cluster, node));
 CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.gpu_minutes_mv ON CLUSTER oomlens TO oomlens.gpu_minutes_local AS
-SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, uniqExactState(ts_ms) AS samples, maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, minState(ts_ms) AS first_ts_ms, maxState(ts_ms) AS last_ts_ms
+SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, intDiv(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)), 10) AS used_pct, groupBitOrForEachState([if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 0, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 1, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 2, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 3, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 4, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 5, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 6, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 7, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 8, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0)), if(toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) % 10 = 9, bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000))), toUInt64(0))]) AS seconds, maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, minState(ts_ms) AS first_ts_ms, maxState(ts_ms) AS last_ts_ms
 FROM oomlens.gpu_samples_local
 WHERE memory_total_bytes > 0 AND isNotNull(memory_used_bytes) AND 1
-GROUP BY cluster, node, gpu_index, gpu_key, minute_ms, used_permille;
+GROUP BY cluster, node, gpu_index, gpu_key, minute_ms, used_pct;
 CREATE TABLE IF NOT EXISTS oomlens.process_minutes_local ON CLUSTER oomlens (
     cluster LowCardinality(String),
     node LowCardinality(String),

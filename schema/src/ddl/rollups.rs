@@ -1,38 +1,44 @@
 //! Per-minute rollups of the sample tables, filled by materialized views on insert.
 //!
 //! The capacity report (`collector/sql/capacity_headroom*.sql`) reads these instead of the raw
-//! samples: at fleet scale (100 M samples over 7 days) the raw scan takes tens of seconds, the
-//! rollups answer in about a second.
+//! samples: at fleet scale (116 M samples over 7 days) the raw scan takes 20–36 s on the bench box,
+//! the rollups about a second (`benches/README.md`, issue 5).
 //!
-//! Both carry `gpu_key = cityHash64(cluster, node, gpu_index)` (a function of the key, so it
-//! does not change the grouping): the readers join the two on (`gpu_key`, minute), two numbers
-//! instead of two strings and two numbers — several times faster at fleet scale. Two GPUs of a
-//! fleet of 100 000 share a 64-bit key with a probability of about 3·10⁻¹⁰.
-//!
-//! * `gpu_minutes` — per (cluster, node, gpu_index, minute, `used_permille` = ⌊1000 × used /
-//!   total⌋): `uniqExactState(ts_ms)` (the distinct sample times of that GPU, minute and bucket),
-//!   `maxState` of used/total, `minState`/`maxState` of `ts_ms`.
+//! * `gpu_minutes` — per (cluster, node, gpu_index, minute, `used_pct` = ⌊100 × used / total⌋):
+//!   `seconds`, a `groupBitOrForEach` state of [`SUB_BUCKETS`] 64-bit masks — bit *s* of mask *j*
+//!   is set when the GPU had a sample in second *s* of the minute with ⌊1000 × used / total⌋ =
+//!   10 × `used_pct` + *j* (so the quantiles keep 0.1 % resolution with a tenth of the rows); the
+//!   max of used/total; the first and last `ts_ms`.
 //! * `process_minutes` — per (cluster, node, gpu_index, minute, workload, `namespace` label):
 //!   `maxState(used_bytes)`.
 //!
 //! Both are `AggregatingMergeTree` tables whose states are **idempotent under duplicates**: the
 //! collector is at-least-once, 18.16 has no insert deduplication for plain MergeTree tables, and a
-//! re-sent batch inserts its rows again — through the view into the rollup too. A distinct-count
-//! state, a max and a min do not change when the same rows arrive twice, so the rollups stay
+//! re-sent batch inserts its rows again — through the view into the rollup too. OR-ing the same
+//! bits again, a max and a min do not change when the same rows arrive twice, so the rollups stay
 //! exact (readers merge the states with `-Merge` and `GROUP BY`, correct before merges happen).
-//! For the same reason a backfill that overlaps rows the view already saw is harmless.
+//! For the same reason a backfill that overlaps rows the view already saw is harmless. The unit
+//! counted is the *sampled second* (per 0.1 % bucket): one per sample at the agents' 1 Hz, and one
+//! per second — not ten — while the flight recorder streams a hot GPU at 10 Hz, so shares such as
+//! "time at or above 90 %" are shares of time. A mask state is 8 bytes where a set of sample
+//! times would hold every sample again (measured: 15 MiB instead of 204 MiB for 29 M samples).
+//!
+//! Both carry `gpu_key = cityHash64(cluster, node, gpu_index)` (a function of the key, so it
+//! does not change the grouping): the readers group and join on it, numbers instead of strings —
+//! several times faster at fleet scale. Two GPUs of a fleet of 100 000 share a 64-bit key with a
+//! probability of about 3·10⁻¹⁰.
 //!
 //! The views read the table the collector inserts into: on one server `gpu_samples`, in cluster
 //! mode `gpu_samples_local` on every shard (a view fires on the server where the block is
 //! written), writing `gpu_minutes_local` there; a `Distributed` `gpu_minutes` serves the queries.
 //! Partitions are UTC days of the minute (the same `YYYYMMDD` ids as the sample tables) with the
-//! samples' retention.
+//! samples' retention. Timestamps before 1970 are not supported by the seconds masks.
 
 use std::fmt::Write as _;
 
 use super::{ClusterDdl, LOCAL_SUFFIX, Retention, SHARDING_KEY, ServerCaps};
 
-/// Resolution of the `used_permille` bucket: used/total is stored as ⌊ratio × 1000⌋ (0.1 %).
+/// Resolution of the quantiles: used/total is bucketed as ⌊ratio × 1000⌋ (0.1 %).
 pub const BUCKETS_PER_UNIT: u32 = 1000;
 
 /// Width of a rollup row in milliseconds (one minute, aligned to the epoch).
@@ -69,15 +75,38 @@ pub struct RollupSpec {
     /// `ORDER BY` key (the aggregation key).
     pub order_by: &'static str,
     /// The view's `SELECT` list (grouped by `order_by`).
-    select: &'static str,
+    select: String,
     /// Rows of the source that enter the rollup.
     filter: &'static str,
 }
 
 /// used / total of a GPU sample, as the view computes it.
-#[cfg(test)]
 const GPU_RATIO: &str =
     "toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))";
+
+/// Sub-buckets of 0.1 % per `used_pct` row: one seconds mask each.
+pub const SUB_BUCKETS: u32 = 10;
+
+/// The view's `SELECT` list of `gpu_minutes`: per row of `gpu_samples` the minute, the 1 % bucket
+/// `used_pct` and, in `seconds`, a one-bit mask (bit = second of the minute) in the slot of its
+/// 0.1 % sub-bucket, OR-ed together per key.
+fn gpu_select() -> String {
+    let permille = format!("toUInt16(least(floor({GPU_RATIO} * 1000), 65535))");
+    let bit = "bitShiftLeft(toUInt64(1), toUInt8(intDiv(ts_ms - intDiv(ts_ms, 60000) * 60000, 1000)))";
+    let slots: Vec<String> = (0..SUB_BUCKETS)
+        .map(|j| format!("if({permille} % {SUB_BUCKETS} = {j}, {bit}, toUInt64(0))"))
+        .collect();
+    format!(
+        "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
+         intDiv(ts_ms, 60000) * 60000 AS minute_ms, \
+         intDiv({permille}, {SUB_BUCKETS}) AS used_pct, \
+         groupBitOrForEachState([{}]) AS seconds, \
+         maxState({GPU_RATIO}) AS used_max, \
+         minState(ts_ms) AS first_ts_ms, \
+         maxState(ts_ms) AS last_ts_ms",
+        slots.join(", ")
+    )
+}
 
 /// The rollups, in creation order.
 pub fn rollups() -> Vec<RollupSpec> {
@@ -91,20 +120,14 @@ pub fn rollups() -> Vec<RollupSpec> {
                 col("gpu_index", "UInt32"),
                 col("gpu_key", "UInt64"),
                 col("minute_ms", "Int64"),
-                col("used_permille", "UInt16"),
-                col("samples", "AggregateFunction(uniqExact, Int64)"),
+                col("used_pct", "UInt16"),
+                col("seconds", "AggregateFunction(groupBitOrForEach, Array(UInt64))"),
                 col("used_max", "AggregateFunction(max, Float64)"),
                 col("first_ts_ms", "AggregateFunction(min, Int64)"),
                 col("last_ts_ms", "AggregateFunction(max, Int64)"),
             ],
-            order_by: "cluster, node, gpu_index, gpu_key, minute_ms, used_permille",
-            select: "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
-             intDiv(ts_ms, 60000) * 60000 AS minute_ms, \
-             toUInt16(least(floor(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes)) * 1000), 65535)) AS used_permille, \
-             uniqExactState(ts_ms) AS samples, \
-             maxState(toFloat64(assumeNotNull(memory_used_bytes)) / toFloat64(assumeNotNull(memory_total_bytes))) AS used_max, \
-             minState(ts_ms) AS first_ts_ms, \
-             maxState(ts_ms) AS last_ts_ms",
+            order_by: "cluster, node, gpu_index, gpu_key, minute_ms, used_pct",
+            select: gpu_select(),
             filter: "memory_total_bytes > 0 AND isNotNull(memory_used_bytes)",
         },
         RollupSpec {
@@ -124,7 +147,8 @@ pub fn rollups() -> Vec<RollupSpec> {
             select: "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
                      intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, \
                      label_values[indexOf(label_keys, 'namespace')] AS namespace, \
-                     maxState(ifNull(used_bytes, 0)) AS used_max",
+                     maxState(ifNull(used_bytes, 0)) AS used_max"
+                .to_owned(),
             filter: "1",
         },
     ]
@@ -369,5 +393,6 @@ mod tests {
             "{sql}"
         );
         assert!(rollups()[0].select.contains(GPU_RATIO));
+        assert!(rollups()[0].select.contains("groupBitOrForEachState([if("), "{sql}");
     }
 }
