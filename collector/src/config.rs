@@ -68,7 +68,7 @@ impl Default for CollectorSection {
             cert: PathBuf::from("/etc/oomlens/collector.pem"),
             key: PathBuf::from("/etc/oomlens/collector.key"),
             max_connections: 10_000,
-            max_batches_in_flight: 16,
+            max_batches_in_flight: 64,
             idle_timeout_ms: 15_000,
             handshake_timeout_ms: 10_000,
             allowed_clusters: Vec::new(),

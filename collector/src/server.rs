@@ -557,6 +557,8 @@ impl SessionCtx {
             }
         });
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        // Each batch enters the sink's queue after the previous one (`Sink::store_after`).
+        let mut previous_queued: Option<tokio::sync::oneshot::Receiver<()>> = None;
         let mut last_received = last_stored;
         let mut out = Vec::new();
         let mut reading = true;
@@ -589,8 +591,10 @@ impl SessionCtx {
                     let id = identity.clone();
                     let seq = batch.seq;
                     let guard = guard.clone();
+                    let (queued, next) = tokio::sync::oneshot::channel();
+                    let after = previous_queued.replace(next);
                     in_flight.push_back((seq, Instant::now(), tokio::spawn(async move {
-                        let stored = sink.store(&id, batch).await;
+                        let stored = sink.store_after(&id, batch, after, Some(queued)).await;
                         // The batch's bytes count until its rows are stored (or the store failed),
                         // and the agent's next session waits for it.
                         drop(permit);

@@ -231,6 +231,12 @@ async fn concurrent_stores_land_exactly_with_fields_intact() {
         .await
         .unwrap();
     assert_eq!(procs.len(), 12);
+    let expected: Vec<ProcessSampleRow> = (1..=6)
+        .flat_map(|seq| {
+            oomlens_collector::clickhouse::convert::batch_rows(&b, &batch(seq, NOW), 0).process_samples
+        })
+        .collect();
+    assert_eq!(procs, expected, "the RowBinary written from the batch reads back as the owned conversion");
     assert_eq!((procs[0].used_bytes, procs[1].used_bytes), (None, Some(0)));
     assert_eq!(procs[0].workload, "trainer-1");
     assert_eq!(procs[0].label_keys, ["k8s.namespace", "k8s.pod"]);
@@ -275,6 +281,73 @@ async fn concurrent_stores_land_exactly_with_fields_intact() {
 
     drop(sink);
     tokio::time::timeout(Duration::from_secs(10), task.join()).await.unwrap().unwrap();
+    shut_down(dev, ch).await;
+}
+
+/// `insert_concurrency` > 1: many small flushes insert at once, yet every row lands exactly once
+/// and the commit records (`agents` rows) are written in flush order — checked through the block
+/// numbers of the unmerged parts (merges stopped), which ClickHouse assigns in insert order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_flushes_commit_in_order() {
+    let dev = server();
+    let cfg = ChConfig { insert_concurrency: 4, insert_max_rows: 20, insert_max_delay_ms: 5, ..config(&dev) };
+    let ch = migrated(&cfg).await;
+    ch.execute(&format!("SYSTEM STOP MERGES {}", ch.table("agents"))).await.unwrap();
+    let (sink, task) = Sink::spawn(ch.clone(), &cfg, "collector-c".into());
+    let ids = [identity("node-a"), identity("node-b"), identity("node-c")];
+    const SEQS: u64 = 30;
+    let mut set = tokio::task::JoinSet::new();
+    for id in &ids {
+        let (sink, id) = (sink.clone(), id.clone());
+        // Each agent stores with several batches outstanding, chained as a session does.
+        set.spawn(async move {
+            let mut outstanding = tokio::task::JoinSet::new();
+            let mut previous: Option<tokio::sync::oneshot::Receiver<()>> = None;
+            for seq in 1..=SEQS {
+                let (sink, id) = (sink.clone(), id.clone());
+                let (queued, next) = tokio::sync::oneshot::channel();
+                let after = previous.replace(next);
+                outstanding
+                    .spawn(async move { sink.store_after(&id, batch(seq, NOW), after, Some(queued)).await });
+                if outstanding.len() >= 8 {
+                    outstanding.join_next().await.unwrap().unwrap().unwrap();
+                }
+            }
+            while let Some(r) = outstanding.join_next().await {
+                r.unwrap().unwrap();
+            }
+        });
+    }
+    while let Some(res) = set.join_next().await {
+        res.unwrap();
+    }
+    let stats = sink.stats();
+    assert!(stats.insert_batches.load(std::sync::atomic::Ordering::Relaxed) >= 10, "many flushes");
+    for id in &ids {
+        assert_eq!(count(&ch, "gpu_samples", &id.node).await, 3 * SEQS);
+        assert_eq!(count(&ch, "process_samples", &id.node).await, 2 * SEQS);
+        assert_eq!(count(&ch, "oom_events", &id.node).await, SEQS);
+        assert_eq!(sink.last_acked_seq(id).await.unwrap(), SEQS);
+        let commits: Vec<(u64, String)> = ch
+            .client()
+            .query(&format!("SELECT last_seq, _part FROM {} WHERE node = ?", ch.table("agents")))
+            .bind(id.node.as_str())
+            .fetch_all()
+            .await
+            .unwrap();
+        let block = |part: &str| -> u64 { part.split('_').nth(1).unwrap().parse().unwrap() };
+        let mut by_block: Vec<(u64, u64)> = commits.iter().map(|(seq, part)| (block(part), *seq)).collect();
+        by_block.sort_unstable();
+        assert!(by_block.len() > 1, "{by_block:?}");
+        assert!(
+            by_block.windows(2).all(|w| w[0].1 <= w[1].1),
+            "commit records of {} out of order: {by_block:?}",
+            id.node
+        );
+    }
+    drop(sink);
+    tokio::time::timeout(Duration::from_secs(10), task.join()).await.unwrap().unwrap();
+    ch.execute(&format!("SYSTEM START MERGES {}", ch.table("agents"))).await.unwrap();
     shut_down(dev, ch).await;
 }
 

@@ -1,7 +1,8 @@
 //! The collector bounds its memory by charging each frame's wire size against the bytes-in-flight
 //! caps; `config::IN_FLIGHT_EXPANSION` claims how much heap one wire byte can turn into while its
 //! batch is in the collector (read buffer + aligned copy + decoded batch while decoding; decoded
-//! batch + rows stamped with the identity while converting; rows until stored). This test measures
+//! batch + RowBinary of its samples and event rows stamped with the identity while encoding
+//! (`Sink::store`); the encoded rows until stored). This test measures
 //! that with a counting global allocator over realistic simulator batches of several sizes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
-use oomlens_collector::clickhouse::convert::batch_rows;
+use oomlens_collector::clickhouse::convert::event_row;
+use oomlens_collector::clickhouse::rowbinary::encode_batch;
 use oomlens_collector::config::IN_FLIGHT_EXPANSION;
 use oomlens_collector::identity::AgentIdentity;
 use oomlens_schema::{Batch, Frame};
@@ -71,9 +73,11 @@ fn heap_per_wire_byte_stays_under_the_configured_expansion() {
         let base = LIVE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
         // What the collector does with one frame: the read buffer (`wire`), decode and validate,
-        // convert to rows, drop the batch, keep the rows until they are stored.
+        // encode the samples and convert the events (`Sink::store`), drop the batch, keep the
+        // encoded rows until they are stored.
         let Frame::Batch(decoded) = Frame::decode(&wire).unwrap() else { panic!("not a batch") };
-        let rows = batch_rows(&identity, &decoded, 0);
+        let samples = encode_batch(&identity, &decoded);
+        let events: Vec<_> = decoded.events.iter().map(|e| event_row(&identity, e, 0)).collect();
         drop(decoded);
         let held = LIVE.load(Ordering::Relaxed) - base;
         drop(wire);
@@ -82,12 +86,12 @@ fn heap_per_wire_byte_stays_under_the_configured_expansion() {
         eprintln!(
             "{seconds:>4} s batch: {wire_len:>9} wire bytes, peak heap {peak:>9} ({ratio:.2}×), rows held {held:>9} ({:.2}×), {} rows",
             held as f64 / wire_len as f64,
-            rows.gpu_samples.len() + rows.process_samples.len() + rows.events.len()
+            samples.gpu.rows + samples.process.rows + events.len()
         );
         assert!(
             ratio <= IN_FLIGHT_EXPANSION as f64,
             "{seconds} s: {ratio:.2} heap bytes per wire byte exceeds IN_FLIGHT_EXPANSION = {IN_FLIGHT_EXPANSION}"
         );
-        drop(rows);
+        drop((samples, events));
     }
 }

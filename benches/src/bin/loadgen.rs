@@ -78,7 +78,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     pool_batches: usize,
     /// Unacknowledged batches per agent (the agent's `uplink.max_in_flight`).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 64)]
     max_in_flight: usize,
     /// Connection attempts in progress at once.
     #[arg(long, default_value_t = 64)]
@@ -87,16 +87,20 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     sockets: usize,
     /// Collector `clickhouse.insert_max_rows`.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 500_000)]
     insert_max_rows: usize,
     /// Collector `clickhouse.insert_max_delay_ms`.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 1000)]
     insert_max_delay_ms: u64,
     /// Collector `clickhouse.queue_capacity`.
     #[arg(long, default_value_t = 256)]
     queue_capacity: usize,
+    /// Collector `clickhouse.insert_concurrency` (not written when absent: the collector's default,
+    /// and older collectors that lack the key still start).
+    #[arg(long)]
+    insert_concurrency: Option<usize>,
     /// Collector `collector.max_batches_in_flight`.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     max_batches_in_flight: usize,
     /// Extra TOML lines appended to the collector's `[collector]` section (e.g. byte caps).
     #[arg(long)]
@@ -234,7 +238,7 @@ fn main() -> anyhow::Result<()> {
     report.frame_bytes_mean = bytes_mean;
     report.setup = format!(
         "{} agents ({} client sockets), {} GPUs, {} extra processes/GPU, {} s batches; collector insert_max_rows {}, \
-         insert_max_delay_ms {}, max_batches_in_flight {}, queue_capacity {}; agent max_in_flight {}",
+         insert_max_delay_ms {}, max_batches_in_flight {}, queue_capacity {}, insert_concurrency {}; agent max_in_flight {}",
         args.agents,
         if args.sockets == 0 { args.agents } else { args.sockets },
         args.gpus,
@@ -244,6 +248,7 @@ fn main() -> anyhow::Result<()> {
         args.insert_max_delay_ms,
         args.max_batches_in_flight,
         args.queue_capacity,
+        args.insert_concurrency.map_or_else(|| "default".to_owned(), |n| n.to_string()),
         args.max_in_flight
     );
 
@@ -332,11 +337,13 @@ impl CollectorProcess {
             extra.push_str(line);
             extra.push('\n');
         }
+        let concurrency =
+            args.insert_concurrency.map(|n| format!("insert_concurrency = {n}\n")).unwrap_or_default();
         let config = format!(
             "[collector]\nlisten = \"{quic}\"\ncollector_id = \"loadgen-collector\"\nca = {ca:?}\ncert = {cert:?}\n\
              key = {key:?}\nmax_connections = {max_conn}\nmax_batches_in_flight = {mbif}\nidle_timeout_ms = 30000\n\
              handshake_timeout_ms = 30000\n{extra}\n[clickhouse]\nurl = \"{url}\"\ninsert_max_rows = {imr}\n\
-             insert_max_delay_ms = {imd}\nqueue_capacity = {qc}\n\n[telemetry]\nlisten = \"{metrics}\"\n",
+             insert_max_delay_ms = {imd}\nqueue_capacity = {qc}\n{concurrency}\n[telemetry]\nlisten = \"{metrics}\"\n",
             ca = pki.ca.display().to_string(),
             cert = pki.collector.cert.display().to_string(),
             key = pki.collector.key.display().to_string(),

@@ -8,6 +8,9 @@ use std::time::Duration;
 use oomlens_schema::ddl::Retention;
 use serde::{Deserialize, Serialize};
 
+/// Upper bound of `clickhouse.insert_concurrency`.
+pub const MAX_INSERT_CONCURRENCY: usize = 16;
+
 /// ClickHouse connection and batching settings.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -27,6 +30,9 @@ pub struct ChConfig {
     pub insert_max_rows: usize,
     /// Flush at the latest this long after the first pending batch arrived, in ms.
     pub insert_max_delay_ms: u64,
+    /// Flushes whose inserts may run at once (their commit records and acknowledgements stay in
+    /// order). ClickHouse parses and writes one `INSERT` on one thread.
+    pub insert_concurrency: usize,
     /// Batches that may wait for the writer before `store` blocks (backpressure).
     pub queue_capacity: usize,
     /// Timeout of one request (query or insert), in ms.
@@ -72,8 +78,9 @@ impl Default for ChConfig {
             user: "default".to_owned(),
             password: String::new(),
             retention: Retention::default(),
-            insert_max_rows: 100_000,
-            insert_max_delay_ms: 250,
+            insert_max_rows: 500_000,
+            insert_max_delay_ms: 1000,
+            insert_concurrency: 1,
             queue_capacity: 256,
             request_timeout_ms: 30_000,
             cluster: String::new(),
@@ -137,6 +144,12 @@ impl ChConfig {
                 "clickhouse.insert_max_rows, queue_capacity and request_timeout_ms must be > 0".to_owned()
             );
         }
+        if !(1..=MAX_INSERT_CONCURRENCY).contains(&self.insert_concurrency) {
+            return Err(format!(
+                "clickhouse.insert_concurrency must be between 1 and {MAX_INSERT_CONCURRENCY}, not {}",
+                self.insert_concurrency
+            ));
+        }
         Ok(())
     }
 }
@@ -159,7 +172,8 @@ mod tests {
         assert_eq!(cfg.url, "http://h:1");
         assert_eq!(cfg.database, "oomlens");
         assert_eq!(cfg.retention, Retention { samples_days: 7, events_days: 365 });
-        assert_eq!(cfg.insert_max_delay(), Duration::from_millis(250));
+        assert_eq!(cfg.insert_max_delay(), Duration::from_millis(1000));
+        assert_eq!(cfg.insert_concurrency, 1);
         assert!(cfg.validate().is_ok());
         assert_eq!(toml::from_str::<ChConfig>("").unwrap(), ChConfig::default());
     }

@@ -57,11 +57,15 @@ pub fn batch_rows_owned(identity: &AgentIdentity, batch: Batch, received_ms: i64
 
 /// The first present workload label (see [`WORKLOAD_KEYS`]), else `""`.
 pub fn workload(labels: &[Label]) -> String {
+    workload_str(labels).to_owned()
+}
+
+/// [`workload`], borrowed.
+pub fn workload_str(labels: &[Label]) -> &str {
     WORKLOAD_KEYS
         .iter()
         .find_map(|key| labels.iter().find(|l| l.key == *key && !l.value.is_empty()))
-        .map(|l| l.value.clone())
-        .unwrap_or_default()
+        .map_or("", |l| l.value.as_str())
 }
 
 fn label_columns(labels: &[Label]) -> (Vec<String>, Vec<String>) {

@@ -17,6 +17,7 @@ pub mod config;
 pub mod convert;
 pub mod migrate;
 pub mod retention;
+pub mod rowbinary;
 pub mod sink;
 
 pub use client::{Ch, ChError};

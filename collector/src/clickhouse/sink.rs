@@ -1,13 +1,15 @@
 //! The batched ClickHouse writer behind "acknowledge only after the rows are stored".
 //!
-//! [`Sink::store`] converts a batch into rows (stamped with the authenticated identity), puts them
-//! on a bounded queue (awaiting space: that is the backpressure towards the QUIC sessions) and
-//! resolves once the rows *and* the `agents` row recording `last_seq` are in ClickHouse.
+//! [`Sink::store`] encodes a batch's samples to RowBinary and its events into rows (stamped with
+//! the authenticated identity), puts them on a bounded queue (awaiting space: that is the
+//! backpressure towards the QUIC sessions) and resolves once the rows *and* the `agents` row
+//! recording `last_seq` are in ClickHouse.
 //!
 //! One writer task ([`SinkTask`]) gathers rows from many `store` calls until `insert_max_rows` rows
 //! or `insert_max_delay` have accumulated, then runs one RowBinary `INSERT` per table
 //! (`gpu_samples`, `process_samples`, `oom_events`, then `agents`) and completes every waiting
-//! `store`. When an insert fails (ClickHouse down or slow) it retries the same rows with
+//! `store`. Up to `insert_concurrency` flushes insert at once; each writes its `agents` rows only
+//! after the previous flush wrote its own, and completes its waiters after that. When an insert fails (ClickHouse down or slow) it retries the same rows with
 //! exponential backoff (100 ms → 5 s), keeps the waiters pending and stops taking batches from the
 //! queue: rows are never dropped, and nothing is acknowledged that is not stored. Tables whose
 //! insert already succeeded are not written again on retry. Each `INSERT` stays below
@@ -31,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use clickhouse::{RowOwned, RowWrite};
 use oomlens_schema::Batch;
 use oomlens_schema::ddl::ServerCaps;
@@ -39,7 +42,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::client::{Ch, ChError};
 use super::config::ChConfig;
-use super::convert::{BatchRows, agent_row, batch_rows_owned};
+use super::convert::{agent_row, event_row};
+use super::rowbinary::{EncodedRows, EncodedSamples, encode_batch};
 use crate::identity::AgentIdentity;
 
 /// First retry delay after a failed insert.
@@ -130,9 +134,13 @@ impl SinkStats {
     }
 }
 
+/// Bytes of RowBinary sent per compressed block of an `INSERT` body.
+const INSERT_CHUNK_BYTES: usize = 1 << 20;
+
 /// One `store` call on its way to the writer.
 struct Job {
-    rows: BatchRows,
+    samples: EncodedSamples,
+    events: Vec<OomEventRow>,
     agent: AgentRow,
     done: oneshot::Sender<()>,
 }
@@ -202,14 +210,18 @@ impl Sink {
     pub fn spawn(ch: Ch, cfg: &ChConfig, collector_id: String) -> (Sink, SinkTask) {
         let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
         let stats = Arc::new(SinkStats::default());
-        let writer = Writer {
+        let flusher = Flusher {
             ch: ch.clone(),
             collector_id: collector_id.clone(),
             caps: ch.caps(),
+            stats: Arc::clone(&stats),
+        };
+        let writer = Writer {
+            flusher: Arc::new(flusher),
             rx,
             max_rows: cfg.insert_max_rows.max(1),
             max_delay: cfg.insert_max_delay(),
-            stats: Arc::clone(&stats),
+            concurrency: cfg.insert_concurrency.max(1),
         };
         let handle = tokio::spawn(writer.run());
         (Sink { tx, ch, collector_id: collector_id.into(), stats }, SinkTask { handle })
@@ -219,20 +231,47 @@ impl Sink {
     /// `last_seq = batch.seq` are in ClickHouse. Waits while the queue is full (backpressure) and
     /// while ClickHouse is unavailable (the writer retries); fails only if the writer stopped.
     pub async fn store(&self, identity: &AgentIdentity, batch: Batch) -> Result<(), SinkError> {
+        self.store_after(identity, batch, None, None).await
+    }
+
+    /// [`Self::store`] for one of several batches of one agent stored at once (a session's
+    /// pipeline): the batch is encoded at once but enters the writer's queue only after `after`
+    /// fires (the previous batch's `queued`, or its sender is dropped), and fires `queued` when it
+    /// is in. Each agent's batches thus reach the writer in `seq` order, so a flush's commit
+    /// record — the highest `seq` it stored per agent — never covers a lower `seq` still waiting
+    /// to be queued.
+    pub async fn store_after(
+        &self,
+        identity: &AgentIdentity,
+        batch: Batch,
+        after: Option<oneshot::Receiver<()>>,
+        queued: Option<oneshot::Sender<()>>,
+    ) -> Result<(), SinkError> {
         let received = now_ms();
         let agent = agent_row(identity, &self.collector_id, batch.seq, received);
-        // Owned conversion: process names and labels move into the rows (benches: ingest).
-        let rows = batch_rows_owned(identity, batch, received);
+        // The samples go straight to RowBinary (no row structs: benches `ingest`); the batch's
+        // strings are freed here, on the session's task, not on the writer.
+        let samples = encode_batch(identity, &batch);
+        let events: Vec<OomEventRow> =
+            batch.events.iter().map(|e| event_row(identity, e, received)).collect();
+        drop(batch);
         let stats = &self.stats;
         stats.batches_in.fetch_add(1, Ordering::Relaxed);
-        stats.gpu_rows_in.fetch_add(rows.gpu_samples.len() as u64, Ordering::Relaxed);
-        stats.process_rows_in.fetch_add(rows.process_samples.len() as u64, Ordering::Relaxed);
-        stats.event_rows_in.fetch_add(rows.events.len() as u64, Ordering::Relaxed);
+        stats.gpu_rows_in.fetch_add(samples.gpu.rows as u64, Ordering::Relaxed);
+        stats.process_rows_in.fetch_add(samples.process.rows as u64, Ordering::Relaxed);
+        stats.event_rows_in.fetch_add(events.len() as u64, Ordering::Relaxed);
         let (done, stored) = oneshot::channel();
+        if let Some(previous) = after {
+            // An error only says the previous batch's store ended without queueing (it failed).
+            let _ = previous.await;
+        }
         stats.queue_depth.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Job { rows, agent, done }).await.is_err() {
+        if self.tx.send(Job { samples, events, agent, done }).await.is_err() {
             stats.queue_depth.fetch_sub(1, Ordering::Relaxed);
             return Err(SinkError::Closed);
+        }
+        if let Some(queued) = queued {
+            let _ = queued.send(());
         }
         stored.await.map_err(|_| SinkError::Closed)
     }
@@ -293,8 +332,8 @@ use crate::fault::FaultPoint;
 /// Rows gathered for one flush.
 #[derive(Default)]
 struct Pending {
-    gpu: Vec<GpuSampleRow>,
-    process: Vec<ProcessSampleRow>,
+    gpu: EncodedRows,
+    process: EncodedRows,
     events: Vec<OomEventRow>,
     agents: HashMap<AgentKey, AgentRow>,
     /// (agent, seq) of every batch in the flush: the insert deduplication tokens.
@@ -305,11 +344,11 @@ struct Pending {
 
 impl Pending {
     fn push(&mut self, job: Job) {
-        let Job { mut rows, agent, done } = job;
-        self.rows += rows.len() + 1;
-        self.gpu.append(&mut rows.gpu_samples);
-        self.process.append(&mut rows.process_samples);
-        self.events.append(&mut rows.events);
+        let Job { samples, mut events, agent, done } = job;
+        self.rows += samples.gpu.rows + samples.process.rows + events.len() + 1;
+        self.gpu.append(&samples.gpu);
+        self.process.append(&samples.process);
+        self.events.append(&mut events);
         let key = (agent.cluster.clone(), agent.node.clone(), agent.agent_id.clone(), agent.boot_id);
         self.batches.push((key.clone(), agent.last_seq));
         match self.agents.get_mut(&key) {
@@ -328,33 +367,63 @@ impl Pending {
     }
 }
 
+/// Receives jobs, gathers them into flushes and runs up to `concurrency` flushes at once.
 struct Writer {
-    ch: Ch,
-    collector_id: String,
-    caps: ServerCaps,
+    flusher: Arc<Flusher>,
     rx: mpsc::Receiver<Job>,
     max_rows: usize,
     max_delay: Duration,
+    concurrency: usize,
+}
+
+/// Writes one flush (shared by the concurrent flush tasks).
+struct Flusher {
+    ch: Ch,
+    collector_id: String,
+    caps: ServerCaps,
     stats: Arc<SinkStats>,
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.stats.writer_stopped.store(true, Ordering::Relaxed);
+        self.flusher.stats.writer_stopped.store(true, Ordering::Relaxed);
     }
+}
+
+/// True when a finished flush task crashed (injected fault) or was torn down.
+fn flush_stopped(result: Option<Result<Result<(), Crashed>, tokio::task::JoinError>>) -> bool {
+    matches!(result, Some(Err(_) | Ok(Err(Crashed))))
 }
 
 impl Writer {
     fn take(&self, pending: &mut Pending, job: Job) {
-        self.stats.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        self.stats.pending_batches.fetch_add(1, Ordering::Relaxed);
+        self.flusher.stats.queue_depth.fetch_sub(1, Ordering::Relaxed);
+        self.flusher.stats.pending_batches.fetch_add(1, Ordering::Relaxed);
         pending.push(job);
     }
 
+    /// Gathers flushes and hands each to its own task. The data inserts of up to `concurrency`
+    /// flushes run at once (ClickHouse parses and writes each `INSERT` on one thread, so one at a
+    /// time leaves its other cores idle); the commit records (`agents` rows) and the
+    /// acknowledgements still happen in flush order: flush *n* writes its `agents` rows only after
+    /// flush *n − 1* has written its own, so a stored `last_seq` never covers a batch whose rows
+    /// are not stored.
     async fn run(mut self) {
+        let mut flushes: tokio::task::JoinSet<Result<(), Crashed>> = tokio::task::JoinSet::new();
+        let mut previous: Option<oneshot::Receiver<()>> = None;
         let mut closed = false;
         while !closed {
-            let Some(first) = self.rx.recv().await else { break };
+            let first = tokio::select! {
+                job = self.rx.recv() => job,
+                done = flushes.join_next(), if !flushes.is_empty() => {
+                    if flush_stopped(done) {
+                        flushes.abort_all();
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(first) = first else { break };
             let mut pending = Pending::default();
             self.take(&mut pending, first);
             let deadline = tokio::time::Instant::now() + self.max_delay;
@@ -371,21 +440,42 @@ impl Writer {
                     () = tokio::time::sleep_until(deadline) => break,
                 }
             }
-            if self.flush(pending).await.is_err() {
+            while flushes.len() >= self.concurrency {
+                if flush_stopped(flushes.join_next().await) {
+                    flushes.abort_all();
+                    return;
+                }
+            }
+            let (committed, next) = oneshot::channel();
+            let after = previous.replace(next);
+            let flusher = Arc::clone(&self.flusher);
+            flushes.spawn(async move { flusher.flush(pending, after, committed).await });
+        }
+        while !flushes.is_empty() {
+            if flush_stopped(flushes.join_next().await) {
+                flushes.abort_all();
                 return;
             }
         }
         tracing::debug!("ClickHouse writer: all sink handles dropped, exiting");
     }
+}
 
-    /// Writes until it succeeds, then completes the waiters. `Err` only when an injected fault
-    /// crashed the writer (tests with the `fault-injection` feature).
-    async fn flush(&self, mut pending: Pending) -> Result<(), Crashed> {
+impl Flusher {
+    /// Writes until it succeeds (the `agents` rows only after the previous flush's, `after`), then
+    /// completes the waiters and signals `committed`. `Err` only when an injected fault crashed the
+    /// writer (tests with the `fault-injection` feature) or the previous flush was torn down.
+    async fn flush(
+        &self,
+        mut pending: Pending,
+        mut after: Option<oneshot::Receiver<()>>,
+        committed: oneshot::Sender<()>,
+    ) -> Result<(), Crashed> {
         let mut backoff = BACKOFF_START;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
-            match self.write(&mut pending).await {
+            match self.write(&mut pending, &mut after).await {
                 Ok(()) => break,
                 Err(WriteError::Crashed) => return Err(Crashed),
                 Err(WriteError::Ch(e)) => {
@@ -420,16 +510,27 @@ impl Writer {
             // A caller that gave up waiting is fine: its rows are stored all the same.
             let _ = waiter.send(());
         }
+        // The next flush may write its commit records now (nobody waiting is fine).
+        let _ = committed.send(());
         Ok(())
     }
 
     /// One attempt; tables already written by an earlier attempt are skipped (their rows cleared).
-    async fn write(&self, p: &mut Pending) -> Result<(), WriteError> {
-        self.insert(&mut p.gpu, &p.batches).await?;
-        self.insert(&mut p.process, &p.batches).await?;
+    /// `after`: the previous flush's commit signal, awaited (once) before the `agents` rows.
+    async fn write(
+        &self,
+        p: &mut Pending,
+        after: &mut Option<oneshot::Receiver<()>>,
+    ) -> Result<(), WriteError> {
+        self.insert_encoded(GpuSampleRow::TABLE, &mut p.gpu, &p.batches).await?;
+        self.insert_encoded(ProcessSampleRow::TABLE, &mut p.process, &p.batches).await?;
         self.insert(&mut p.events, &p.batches).await?;
         if self.fault(FaultPoint::AfterSamplesBeforeAgents) {
             return Err(WriteError::Crashed);
+        }
+        if let Some(previous) = after.take() {
+            // Dropped without a signal: the previous flush crashed or was torn down.
+            previous.await.map_err(|_| WriteError::Crashed)?;
         }
         if !p.agents.is_empty() {
             let mut agents: Vec<AgentRow> = p.agents.values().cloned().collect();
@@ -455,6 +556,56 @@ impl Writer {
         false
     }
 
+    /// The client for one table's insert of this flush (with its deduplication token).
+    fn insert_client(&self, table: &str, batches: &[(AgentKey, u64)]) -> clickhouse::Client {
+        let client = self.ch.client().clone();
+        if self.caps.dedup_token {
+            client.with_setting("insert_deduplication_token", dedup_token(table, batches))
+        } else {
+            client
+        }
+    }
+
+    /// `INSERT … FORMAT RowBinary` of pre-encoded rows, sent in compressed blocks of
+    /// [`INSERT_CHUNK_BYTES`] (every row is whole inside the body; blocks may split rows).
+    async fn insert_encoded(
+        &self,
+        table_name: &str,
+        rows: &mut EncodedRows,
+        batches: &[(AgentKey, u64)],
+    ) -> Result<(), ChError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let table = self.ch.table(table_name);
+        let timeout = self.ch.request_timeout();
+        let started = Instant::now();
+        let client = self.insert_client(table_name, batches);
+        let body = Bytes::from(std::mem::take(&mut rows.bytes));
+        let work = async {
+            let mut insert = client
+                .insert_formatted_with(format!("INSERT INTO {table} FORMAT RowBinary"))
+                .with_timeouts(Some(timeout), Some(timeout));
+            let mut at = 0;
+            while at < body.len() {
+                let end = (at + INSERT_CHUNK_BYTES).min(body.len());
+                insert.send(body.slice(at..end)).await?;
+                at = end;
+            }
+            insert.end().await
+        };
+        let result = self.ch.run(&format!("INSERT INTO {table}"), work).await;
+        if let Err(e) = result {
+            // Keep the rows for the retry (`Bytes` of a `Vec` gives the `Vec` back without a copy
+            // once the request has dropped its slices).
+            rows.bytes = Vec::from(body);
+            return Err(e);
+        }
+        self.stats.record_insert(started.elapsed(), rows.rows);
+        *rows = EncodedRows::default();
+        Ok(())
+    }
+
     async fn insert<T>(&self, rows: &mut Vec<T>, batches: &[(AgentKey, u64)]) -> Result<(), ChError>
     where
         T: TableRow + RowOwned + RowWrite + Send + Sync,
@@ -465,10 +616,7 @@ impl Writer {
         let table = self.ch.table(T::TABLE);
         let timeout = self.ch.request_timeout();
         let started = Instant::now();
-        let mut client = self.ch.client().clone();
-        if self.caps.dedup_token {
-            client = client.with_setting("insert_deduplication_token", dedup_token(T::TABLE, batches));
-        }
+        let client = self.insert_client(T::TABLE, batches);
         let client = &client;
         let work = async {
             let mut insert =
