@@ -351,6 +351,26 @@ async fn main() -> anyhow::Result<()> {
 
     // Capacity report by node over the whole window.
     if want("capacity") {
+        // Its attribution part alone: the events, each one's scenario and top neighbours.
+        let (first, med, n) = time(a.runs, || async {
+            let events = queries::builtin("capacity_events")?
+                .bind(db, "oomlens", &[ParamValue::Int(BASE_MS), ParamValue::Int(until)])?
+                .fetch_all::<capacity::CapacityEvent>()
+                .await?;
+            let w = store::read_window_scenarios(db, "oomlens", &window, true).await?;
+            Ok(format!(
+                "{} events, {} scenarios, {} neighbours",
+                events.len(),
+                w.events.len(),
+                w.neighbours.len()
+            ))
+        })
+        .await?;
+        println!(
+            "capacity report, attribution part (capacity_events + stored scenarios and neighbours; {n}): first {:.0} ms, median {:.0} ms",
+            ms(first),
+            ms(med)
+        );
         let (first, med, n) = time(a.runs.min(2), || async {
             Ok(capacity::build(db, "oomlens", GroupBy::Node, BASE_MS, until, 60_000, 10).await?.groups.len())
         })
