@@ -1,6 +1,9 @@
 //! Per-core ingest cost of the collector (issue 4 §6): validated decode of realistic `Batch` frames
 //! from the fleet simulator (`Frame::decode`: header, bytecheck, deserialise, limits), and decode +
-//! conversion into ClickHouse rows (`convert::batch_rows`, what `Sink::store` does per batch).
+//! what `Sink::store` does per batch: RowBinary of the samples straight from the batch
+//! (`rowbinary::encode_batch`) plus the event rows; and, for comparison, the conversion into owned
+//! row structs it replaced (`convert::batch_rows` / `batch_rows_owned`, which still left the
+//! RowBinary serialisation of those structs to the writer).
 //! Single-threaded, so the figures are per core.
 //!
 //! `cargo bench -p oomlens-benches --bench ingest -- --warm-up-time 1 --measurement-time 3`
@@ -12,7 +15,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use oomlens_benches::loadgen::{FrameTemplate, PoolSpec, build_pool};
-use oomlens_collector::clickhouse::convert::{batch_rows, batch_rows_owned};
+use oomlens_collector::clickhouse::convert::{batch_rows, batch_rows_owned, event_row};
+use oomlens_collector::clickhouse::rowbinary::encode_batch;
 use oomlens_collector::identity::AgentIdentity;
 use oomlens_schema::Frame;
 
@@ -74,6 +78,21 @@ fn ingest(c: &mut Criterion) {
             b.iter(|| {
                 for f in &encoded {
                     black_box(Frame::decode(black_box(f)).unwrap_or_else(|e| panic!("decode: {e}")));
+                }
+            })
+        });
+        group.bench_function("decode_and_encode_rowbinary", |b| {
+            b.iter(|| {
+                for f in &encoded {
+                    let Frame::Batch(batch) =
+                        Frame::decode(black_box(f)).unwrap_or_else(|e| panic!("decode: {e}"))
+                    else {
+                        panic!("not a batch")
+                    };
+                    let samples = encode_batch(&id, &batch);
+                    let events: Vec<_> = batch.events.iter().map(|e| event_row(&id, e, 0)).collect();
+                    drop(batch);
+                    black_box((samples, events));
                 }
             })
         });

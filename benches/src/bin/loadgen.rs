@@ -13,7 +13,8 @@
 //! `connected_agents`), CPU (% of one core) and RSS of the collector, ClickHouse and the generator
 //! from `/proc`; after the drain, that ClickHouse holds exactly the acknowledged rows. With
 //! `--baselines`, the same rows are then inserted by `clickhouse-client … FORMAT RowBinary` and
-//! POSTed as JSONEachRow over HTTP (`oomlens_benches::chbaseline`), and the ratios are printed.
+//! POSTed as JSONEachRow over HTTP (`oomlens_benches::chbaseline`) into empty copies of the tables
+//! that carry the same per-minute rollup views, and the ratios are printed.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -32,6 +33,8 @@ use oomlens_benches::loadgen::{
 use oomlens_benches::procfs::{self, CpuMark, Memory};
 use oomlens_collector::certs::{DevCa, LeafSpec, Role, write_minted};
 use oomlens_collector::devch::DevClickHouse;
+use oomlens_schema::ddl::rollups::rollups;
+use oomlens_schema::ddl::{Retention, ServerVersion};
 use oomlens_schema::tls::TlsFiles;
 use tokio::sync::watch;
 
@@ -632,9 +635,34 @@ struct Baselines {
     json_http: Baseline,
 }
 
+/// Databases of the three baselines' table copies.
+const BASELINE_DBS: [&str; 3] = ["baseline_rowbinary_client", "baseline_rowbinary_http", "baseline_json"];
+
+/// Empty copies of the sample and event tables in `db`, with the per-minute rollup tables and the
+/// materialized views that fill them, as the pipeline's tables have: the views run inside every
+/// insert into the sample tables, so the baselines pay for them as the pipeline does.
+fn empty_copies(server: &Server, db: &str) -> anyhow::Result<()> {
+    let version: ServerVersion = server.query("SELECT version()")?.parse()?;
+    for r in rollups() {
+        server.query(&format!("DROP TABLE IF EXISTS {db}.{}", r.view_name()))?;
+        server.query(&format!("DROP TABLE IF EXISTS {db}.{}", r.name))?;
+    }
+    for table in TABLES {
+        server.empty_copy(&format!("oomlens.{table}"), &format!("{db}.{table}"))?;
+    }
+    for r in rollups() {
+        server.query(&r.create_sql(db, version.caps(), Retention::default()))?;
+        server.query(&r.create_view_sql(db, "", None))?;
+    }
+    Ok(())
+}
+
 /// Dumps what the pipeline stored and re-inserts it three ways into empty copies.
 fn baselines(server: &Server, dir: &Path, json_chunk_bytes: usize) -> anyhow::Result<Baselines> {
     let mut b = Baselines::default();
+    for db in BASELINE_DBS {
+        empty_copies(server, db)?;
+    }
     for table in TABLES {
         let src = format!("oomlens.{table}");
         let rows = server.count(&src)?;
@@ -652,13 +680,11 @@ fn baselines(server: &Server, dir: &Path, json_chunk_bytes: usize) -> anyhow::Re
         };
 
         let copy = format!("baseline_rowbinary_client.{table}");
-        server.empty_copy(&src, &copy)?;
         let took = server.insert_rowbinary(&copy, &rb_file)?;
         check(&copy)?;
         b.rowbinary_client.add(rows, rb_bytes, took);
 
         let copy = format!("baseline_rowbinary_http.{table}");
-        server.empty_copy(&src, &copy)?;
         let body = vec![std::fs::read(&rb_file)?];
         std::fs::remove_file(&rb_file)?;
         let took = server.insert_http(&copy, "RowBinary", &body)?;
@@ -667,7 +693,6 @@ fn baselines(server: &Server, dir: &Path, json_chunk_bytes: usize) -> anyhow::Re
         b.rowbinary_http.add(rows, rb_bytes, took);
 
         let copy = format!("baseline_json.{table}");
-        server.empty_copy(&src, &copy)?;
         let chunks = Server::json_chunks(&js_file, json_chunk_bytes)?;
         std::fs::remove_file(&js_file)?;
         let took = server.insert_http(&copy, "JSONEachRow", &chunks)?;
