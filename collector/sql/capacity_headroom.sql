@@ -10,9 +10,9 @@
 -- minute, 1 % bucket) are merged first — exact before background merges: OR-ed seconds masks, so
 -- a re-sent sample sets the same bit again. Mask j of a row holds the seconds spent in the 0.1 %
 -- bucket 10 × used_pct + j; its bit count weighs that bucket in quantilesExactWeighted (no
--- interpolation: the quantiles are bucket lower bounds). The rollups are grouped and joined on
--- gpu_key (cityHash64(cluster, node, gpu_index)); ties for the largest process in a minute go to
--- the greatest (workload, namespace).
+-- interpolation: the quantiles are bucket lower bounds). process_minutes holds the top process of
+-- each GPU minute (argMax by used bytes, ties to the greatest (workload, namespace)). The rollups
+-- are grouped and joined on gpu_key (cityHash64(cluster, node, gpu_index)).
 SELECT
     group_key,
     uniqExact(gpu_key) AS gpus,
@@ -47,19 +47,10 @@ FROM
     (
         SELECT
             gpu_key, minute_ms,
-            argMax(p_workload, (used, p_workload, p_namespace)) AS workload,
-            argMax(p_namespace, (used, p_workload, p_namespace)) AS namespace
-        FROM
-        (
-            SELECT
-                gpu_key, minute_ms,
-                toString(workload) AS p_workload,
-                toString(namespace) AS p_namespace,
-                maxMerge(used_max) AS used
-            FROM {db}.process_minutes
-            WHERE minute_ms >= ? AND minute_ms < ?
-            GROUP BY gpu_key, minute_ms, p_workload, p_namespace
-        )
+            argMaxMerge(top_workload) AS workload,
+            argMaxMerge(top_namespace) AS namespace
+        FROM {db}.process_minutes
+        WHERE minute_ms >= ? AND minute_ms < ?
         GROUP BY gpu_key, minute_ms
     ) AS top_process USING (gpu_key, minute_ms)
 )

@@ -400,13 +400,12 @@ CREATE TABLE IF NOT EXISTS oomlens.process_minutes_local ON CLUSTER oomlens (
     gpu_index UInt32,
     gpu_key UInt64,
     minute_ms Int64,
-    workload LowCardinality(String),
-    namespace LowCardinality(String),
-    used_max AggregateFunction(max, UInt64)
+    top_workload AggregateFunction(argMax, String, Tuple(UInt64, String, String)),
+    top_namespace AggregateFunction(argMax, String, Tuple(UInt64, String, String))
 )
 ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/oomlens/process_minutes', '{replica}')
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(minute_ms, 1000), 'UTC'))
-ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace)
+ORDER BY (cluster, node, gpu_index, gpu_key, minute_ms)
 TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY;
 CREATE TABLE IF NOT EXISTS oomlens.process_minutes ON CLUSTER oomlens (
     cluster LowCardinality(String),
@@ -414,13 +413,12 @@ CREATE TABLE IF NOT EXISTS oomlens.process_minutes ON CLUSTER oomlens (
     gpu_index UInt32,
     gpu_key UInt64,
     minute_ms Int64,
-    workload LowCardinality(String),
-    namespace LowCardinality(String),
-    used_max AggregateFunction(max, UInt64)
+    top_workload AggregateFunction(argMax, String, Tuple(UInt64, String, String)),
+    top_namespace AggregateFunction(argMax, String, Tuple(UInt64, String, String))
 )
 ENGINE = Distributed(oomlens, oomlens, process_minutes_local, cityHash64(cluster, node));
 CREATE MATERIALIZED VIEW IF NOT EXISTS oomlens.process_minutes_mv ON CLUSTER oomlens TO oomlens.process_minutes_local AS
-SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, label_values[indexOf(label_keys, 'namespace')] AS namespace, maxState(ifNull(used_bytes, 0)) AS used_max
+SELECT cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, intDiv(ts_ms, 60000) * 60000 AS minute_ms, argMaxState(toString(workload), (ifNull(used_bytes, 0), toString(workload), label_values[indexOf(label_keys, 'namespace')])) AS top_workload, argMaxState(label_values[indexOf(label_keys, 'namespace')], (ifNull(used_bytes, 0), toString(workload), label_values[indexOf(label_keys, 'namespace')])) AS top_namespace
 FROM oomlens.process_samples_local
 WHERE 1 AND 1
-GROUP BY cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace;
+GROUP BY cluster, node, gpu_index, gpu_key, minute_ms;

@@ -9,13 +9,14 @@
 //!   is set when the GPU had a sample in second *s* of the minute with ⌊1000 × used / total⌋ =
 //!   10 × `used_pct` + *j* (so the quantiles keep 0.1 % resolution with a tenth of the rows); the
 //!   max of used/total; the first and last `ts_ms`.
-//! * `process_minutes` — per (cluster, node, gpu_index, minute, workload, `namespace` label):
-//!   `maxState(used_bytes)`.
+//! * `process_minutes` — per (cluster, node, gpu_index, minute): the process holding the most
+//!   memory on that GPU in that minute, as `argMaxState`s of its workload and `namespace` label by
+//!   (`used_bytes`, workload, namespace) — ties go to the greatest (workload, namespace).
 //!
 //! Both are `AggregatingMergeTree` tables whose states are **idempotent under duplicates**: the
 //! collector is at-least-once, 18.16 has no insert deduplication for plain MergeTree tables, and a
 //! re-sent batch inserts its rows again — through the view into the rollup too. OR-ing the same
-//! bits again, a max and a min do not change when the same rows arrive twice, so the rollups stay
+//! bits again, a max, a min and an argMax do not change when the same rows arrive twice, so the rollups stay
 //! exact (readers merge the states with `-Merge` and `GROUP BY`, correct before merges happen).
 //! For the same reason a backfill that overlaps rows the view already saw is harmless. The unit
 //! counted is the *sampled second* (per 0.1 % bucket): one per sample at the agents' 1 Hz, and one
@@ -108,6 +109,17 @@ fn gpu_select() -> String {
     )
 }
 
+/// The `namespace` label of a process sample ('' without one).
+const NAMESPACE: &str = "label_values[indexOf(label_keys, 'namespace')]";
+
+/// What ranks the processes of a GPU minute: the largest `used_bytes`, ties to the greatest
+/// (workload, namespace) — so the answer never depends on the order rows arrived in.
+const TOP_BY: &str =
+    "(ifNull(used_bytes, 0), toString(workload), label_values[indexOf(label_keys, 'namespace')])";
+
+/// The state type of `process_minutes.top_workload` / `top_namespace`.
+const TOP_STATE: &str = "AggregateFunction(argMax, String, Tuple(UInt64, String, String))";
+
 /// The rollups, in creation order.
 pub fn rollups() -> Vec<RollupSpec> {
     vec![
@@ -139,16 +151,16 @@ pub fn rollups() -> Vec<RollupSpec> {
                 col("gpu_index", "UInt32"),
                 col("gpu_key", "UInt64"),
                 col("minute_ms", "Int64"),
-                lc("workload"),
-                lc("namespace"),
-                col("used_max", "AggregateFunction(max, UInt64)"),
+                col("top_workload", TOP_STATE),
+                col("top_namespace", TOP_STATE),
             ],
-            order_by: "cluster, node, gpu_index, gpu_key, minute_ms, workload, namespace",
-            select: "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
-                     intDiv(ts_ms, 60000) * 60000 AS minute_ms, workload, \
-                     label_values[indexOf(label_keys, 'namespace')] AS namespace, \
-                     maxState(ifNull(used_bytes, 0)) AS used_max"
-                .to_owned(),
+            order_by: "cluster, node, gpu_index, gpu_key, minute_ms",
+            select: format!(
+                "cluster, node, gpu_index, cityHash64(cluster, node, gpu_index) AS gpu_key, \
+                 intDiv(ts_ms, 60000) * 60000 AS minute_ms, \
+                 argMaxState(toString(workload), {TOP_BY}) AS top_workload, \
+                 argMaxState({NAMESPACE}, {TOP_BY}) AS top_namespace"
+            ),
             filter: "1",
         },
     ]
@@ -354,7 +366,10 @@ mod tests {
     #[test]
     fn modern_rollups_have_low_cardinality_and_ttl() {
         let sql = rollups()[1].create_sql("oomlens", caps("26.9.1"), Retention::default());
-        assert!(sql.contains("workload LowCardinality(String)"), "{sql}");
+        assert!(sql.contains("node LowCardinality(String)"), "{sql}");
+        assert!(
+            sql.contains("top_workload AggregateFunction(argMax, String, Tuple(UInt64, String, String))")
+        );
         assert!(sql.contains("TTL toDateTime(intDiv(minute_ms, 1000), 'UTC') + INTERVAL 30 DAY"), "{sql}");
         let keep = Retention { samples_days: 0, events_days: 0 };
         assert!(!rollups()[1].create_sql("oomlens", caps("26.9.1"), keep).contains("TTL"));
