@@ -14,6 +14,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
+use oomlens_collector::attribution::FeatureWindow;
+use oomlens_collector::attribution::store::{self, AttributeOptions};
 use oomlens_collector::clickhouse::client::DISTRIBUTED_PRODUCT_SETTING;
 use oomlens_collector::clickhouse::{Ch, ChConfig, ChError};
 use oomlens_collector::devch::DevClickHouse;
@@ -149,6 +151,36 @@ async fn two_shards_hold_every_row_and_answer_like_one_server() {
         assert_eq!(count(&direct[1 - shard], &agents_q).await, 0, "{node}: no agents row elsewhere");
     }
     assert!(nodes_per_shard.iter().all(|&n| n > 0), "both shards hold nodes: {nodes_per_shard:?}");
+
+    // Stored attributions on the cluster: the attributor, through the Distributed tables as the
+    // collector runs it, stores every event once on its node's shard; the readers answer like the
+    // single server (and the attribution queries below compare non-empty tables).
+    let attributing = [
+        Ch::connect(&cluster_cfg.clickhouse).await.unwrap(),
+        Ch::connect(&ChConfig { url: single.url(), ..ChConfig::default() }).await.unwrap(),
+    ];
+    let settled = AttributeOptions::new(0, i64::MAX, oomlens_collector::timearg::now_ms() + 600_000);
+    for c in &attributing {
+        let r = store::attribute_pending(c.client(), "oomlens", &settled).await.unwrap();
+        assert_eq!((r.pending, r.attributed), (total_events, total_events), "{}", c.url());
+    }
+    for (i, node) in NODES.iter().enumerate() {
+        let shard =
+            count(&dist, &format!("SELECT toUInt64(cityHash64('{CLUSTER}', '{node}') % 2)")).await as usize;
+        let q = format!("SELECT count() FROM oomlens.oom_attributions_local WHERE node = '{node}'");
+        assert_eq!(count(&direct[shard], &q).await, sent[2 * i].events, "{node}: attributions on its shard");
+        assert_eq!(count(&direct[1 - shard], &q).await, 0, "{node}: no attributions elsewhere");
+    }
+    let [on_cluster_ch, on_single_ch] = &attributing;
+    let read_c =
+        store::read_window(on_cluster_ch.client(), "oomlens", &FeatureWindow::ALL, true).await.unwrap();
+    let read_s =
+        store::read_window(on_single_ch.client(), "oomlens", &FeatureWindow::ALL, true).await.unwrap();
+    assert_eq!((read_c.stored, read_c.live), (total_events, 0));
+    assert_eq!(read_c.events, read_s.events, "stored attributions: cluster = single server");
+    assert_eq!(read_c.neighbours, read_s.neighbours);
+    let again = store::attribute_pending(on_cluster_ch.client(), "oomlens", &settled).await.unwrap();
+    assert_eq!(again.attributed, 0, "idempotent on the cluster");
 
     // Every built-in query answers the same on the cluster as on one server.
     let mut compared = 0;
