@@ -566,6 +566,27 @@ mod tests {
     }
 
     #[test]
+    fn attributions_are_replaced_by_newer_rows_and_kept_like_events() {
+        let t = attribution_table();
+        assert!(tables().iter().any(|s| s.name == t.name), "created by the migrations");
+        let retention = Retention { samples_days: 7, events_days: 90 };
+        assert_eq!(t.retention_days(retention), 90);
+        let modern = t.create_sql("oomlens", "26.9.1".parse::<ServerVersion>().unwrap().caps(), retention);
+        assert!(modern.contains("ENGINE = ReplacingMergeTree(attributed_ms)"), "{modern}");
+        assert!(modern.contains("ORDER BY (cluster, ts_ms, node, event_id)"), "{modern}");
+        assert!(modern.contains("TTL toDateTime(intDiv(ts_ms, 1000), 'UTC') + INTERVAL 90 DAY"), "{modern}");
+        let old = t.create_sql("oomlens", "18.16.1".parse::<ServerVersion>().unwrap().caps(), retention);
+        assert!(old.contains("PARTITION BY toYYYYMMDD(") && !old.contains("TTL"), "{old}");
+        for col in [
+            "neighbour_workloads Array(String)",
+            "neighbour_growth_bytes Array(Int64)",
+            "rules_version UInt32",
+        ] {
+            assert!(old.contains(col), "{col}: {old}");
+        }
+    }
+
+    #[test]
     fn cluster_ddl_has_local_storage_and_distributed_fronts() {
         let caps = "18.16.1".parse::<ServerVersion>().unwrap().caps();
         let plain = ClusterDdl { name: "oomlens_c".into(), on_cluster: false, replicated: false };
