@@ -11,7 +11,9 @@
 //! * [`read_window`] — the readers' side: the stored rows of a window (deduplicated by event key
 //!   before merges, the latest `attributed_ms` wins; the **current** rules re-run on the stored
 //!   features, so a rules upgrade needs no recompute) plus the events of the window not stored
-//!   yet, computed live over the narrow time spans they cover.
+//!   yet, computed live over the narrow time spans they cover. [`read_window_features`] stops
+//!   before the rules; [`read_window_scenarios`] (the capacity report) reads only the key, the
+//!   stored scenario and the neighbours of rows written by the current rules version.
 //!
 //! Stored rows are used only when they were computed with the look-back the reader asks for
 //! (`window_ms`); otherwise everything is computed live, as before the table existed.
@@ -19,6 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use oomlens_schema::Scenario;
 use oomlens_schema::rows::{OomAttributionRow, TableRow};
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +29,6 @@ use super::features::{self, DEFAULT_WINDOW_MS, FeatureWindow, Neighbour, OomFeat
 use super::rules::{RULES_VERSION, attribute, first_rule};
 use super::{AttributedEvent, AttributionError};
 use crate::queries::{self, ParamValue, QueryError};
-use oomlens_schema::Scenario;
 
 /// Neighbours stored per event (the capacity report ranks the top 3).
 pub const STORED_NEIGHBOURS: u32 = 3;
