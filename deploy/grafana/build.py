@@ -228,6 +228,17 @@ panel(
          query_sql("collector", "scenario_breakdown")), FORMAT_TABLE,
     options={"orientation": "horizontal", "xField": "what"},
 )
+panel(
+    "barchart", "OOMs per attributed scenario (stored)",
+    "Events per attributed scenario and kind from the stored attributions: the collector attributes "
+    "each OOM once it has settled (~2 min) into oom_attributions, so this stays fast over weeks of a "
+    "fleet; the latest minutes are not counted yet (collector/sql/attribution_breakdown.sql).",
+    (0, 47, 24, 7),
+    wrap("SELECT concat(scenario, ' / ', kind) AS what, events\n"
+         "FROM ({query})\nORDER BY events DESC, what",
+         query_sql("collector", "attribution_breakdown")), FORMAT_TABLE,
+    options={"orientation": "horizontal", "xField": "what"},
+)
 
 # ------------------------------------------------------------------------- variables, annotations
 def query_variable(name: str, label: str, sql: str) -> dict:
