@@ -220,6 +220,15 @@ async fn stored_and_live_attributions_are_identical() {
     let sc = store::read_window_scenarios(db, "oomlens", &all, true).await.unwrap();
     assert_eq!((sc.stored, sc.rescored), (distinct - 1, 1), "a row of another rules version is re-scored");
     assert!(breakdown(db).await.keys().any(|(s, _)| s == "bogus"), "the SQL shows the stored scenario");
+    // The attributor re-scores rows of an older rules version from their stored features.
+    let rescore = store::attribute_pending(db, "oomlens", &opts).await.unwrap();
+    assert_eq!((rescore.pending, rescore.attributed, rescore.rescored), (0, 0, 1), "{rescore:?}");
+    assert_eq!(breakdown(db).await, expected, "the stored scenario follows the current rules again");
+    let again = store::attribute_pending(db, "oomlens", &opts).await.unwrap();
+    assert_eq!(again.rescored, 0, "{again:?}");
+    let sc = store::read_window_scenarios(db, "oomlens", &all, true).await.unwrap();
+    assert_eq!((sc.stored, sc.rescored), (distinct, 0));
+    assert_same_as_live(db, &all, "re-scored").await;
 
     // Part stored, part live: only the older half of the events is stored.
     ch.execute("TRUNCATE TABLE oomlens.oom_attributions").await.unwrap();

@@ -89,6 +89,9 @@ pub struct AttributeReport {
     pub attributed: u64,
     /// Chunks computed.
     pub chunks: u64,
+    /// Stored rows written by an older rules version, re-scored from their stored features
+    /// (no samples read) and stored again with the current rules' answer.
+    pub rescored: u64,
 }
 
 /// One event key with its failure time, as `attribution_pending` lists it.
@@ -435,7 +438,64 @@ pub async fn attribute_pending_with_progress(
         );
         progress(Progress { done: report.attributed, total: report.pending });
     }
+    report.rescored = rescore_outdated(client, db, opts).await?;
     Ok(report)
+}
+
+/// Re-scores the stored rows of `[since_ms, until_ms)` whose latest row (per event and look-back)
+/// was written by an older [`RULES_VERSION`]: the current rules run on the stored features and the
+/// row is stored again (same features and neighbours, the new answer, a newer `attributed_ms`), so
+/// `attribution_breakdown.sql` follows a rules upgrade without reading any sample. Rows of a newer
+/// version (a newer collector during a rolling upgrade) are left alone. At most `chunk_events`
+/// rows per query.
+async fn rescore_outdated(
+    client: &clickhouse::Client,
+    db: &str,
+    opts: &AttributeOptions,
+) -> Result<u64, AttributionError> {
+    let table = table(db)?;
+    let columns = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES.join(", ");
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE ts_ms >= ? AND ts_ms < ? \
+         AND (cluster, node, event_id, window_ms, attributed_ms) IN \
+         (SELECT cluster, node, event_id, window_ms, max(attributed_ms) FROM {table} \
+          WHERE ts_ms >= ? AND ts_ms < ? GROUP BY cluster, node, event_id, window_ms \
+          HAVING argMax(rules_version, attributed_ms) < ?) \
+         ORDER BY ts_ms, cluster, node, event_id, window_ms LIMIT ?"
+    );
+    let mut seen: HashSet<(String, String, u64, i64)> = HashSet::new();
+    let mut rescored = 0;
+    loop {
+        let rows = client
+            .query(&sql)
+            .bind(opts.since_ms)
+            .bind(opts.until_ms)
+            .bind(opts.since_ms)
+            .bind(opts.until_ms)
+            .bind(RULES_VERSION)
+            .bind(opts.chunk_events.max(1) as u64)
+            .fetch_all::<OomAttributionRow>()
+            .await?;
+        let now = crate::timearg::now_ms();
+        let fresh: Vec<OomAttributionRow> = rows
+            .into_iter()
+            .filter(|r| seen.insert((r.cluster.clone(), r.node.clone(), r.event_id, r.window_ms)))
+            .map(|r| {
+                // Newer than the row it replaces, whatever the clocks say.
+                let at = now.max(r.attributed_ms.saturating_add(1));
+                let (f, n) = into_parts(r, true);
+                to_row(f, &n, at)
+            })
+            .collect();
+        // Nothing new: done (or the inserts are not visible yet; the next pass continues).
+        if fresh.is_empty() {
+            break;
+        }
+        insert_rows(client, db, &fresh).await?;
+        rescored += fresh.len() as u64;
+        tracing::debug!(rows = fresh.len(), "re-scored stored attributions of an older rules version");
+    }
+    Ok(rescored)
 }
 
 /// The stored rows of the events of `[since_ms, until_ms)` computed with `window_ms`, one per

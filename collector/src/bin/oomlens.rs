@@ -412,17 +412,20 @@ async fn run_attribute(a: AttributeArgs) -> anyhow::Result<()> {
             "pending": report.pending,
             "attributed": report.attributed,
             "chunks": report.chunks,
+            "rescored": report.rescored,
             "seconds": secs,
         });
         writeln!(out, "{doc}").context("cannot write")?;
     } else {
         writeln!(
             out,
-            "attributed {} of {} pending OOM events in {} chunks, {secs:.1} s ({:.0} events/s)",
+            "attributed {} of {} pending OOM events in {} chunks, {secs:.1} s ({:.0} events/s); \
+             re-scored {} stored rows of an older rules version",
             report.attributed,
             report.pending,
             report.chunks,
-            if secs > 0.0 { report.attributed as f64 / secs } else { 0.0 }
+            if secs > 0.0 { report.attributed as f64 / secs } else { 0.0 },
+            report.rescored
         )
         .context("cannot write")?;
     }
