@@ -5,19 +5,22 @@
 -- param: gpus_until_ms Int64 = 9223372036854775807
 -- param: processes_since_ms Int64 = 0
 -- param: processes_until_ms Int64 = 9223372036854775807
+-- param: processes_by String = node
 --
--- Bind the same window twice (18.16 has no reusable parameters). The rollup states of each (GPU,
+-- Bind the window twice and `by` twice (18.16 has no reusable parameters); processes_by = by
+-- skips the process rollup for the cluster and node groupings. The rollup states of each (GPU,
 -- minute, 1 % bucket) are merged first — exact before background merges: OR-ed seconds masks, so
 -- a re-sent sample sets the same bit again. Mask j of a row holds the seconds spent in the 0.1 %
--- bucket 10 × used_pct + j; its bit count weighs that bucket in quantilesExactWeighted (no
--- interpolation: the quantiles are bucket lower bounds). process_minutes holds the top process of
--- each GPU minute (argMax by used bytes, ties to the greatest (workload, namespace)). The rollups
--- are grouped and joined on gpu_key (cityHash64(cluster, node, gpu_index)).
+-- bucket 10 × used_pct + j; the seconds are summed per group and 1 % bucket, and the bucket
+-- counts weigh quantilesExactWeightedArray (no interpolation: the quantiles are bucket lower
+-- bounds). process_minutes holds the top process of each GPU minute (argMax by used bytes, ties
+-- to the greatest (workload, namespace)). The rollups are grouped and joined on gpu_key
+-- (cityHash64(cluster, node, gpu_index)).
 SELECT
     group_key,
-    uniqExact(gpu_key) AS gpus,
+    uniqExactMerge(bucket_gpus) AS gpus,
     sum(arraySum(seconds)) AS samples,
-    arrayMap(b -> b / 1000, quantilesExactWeightedArray(0.5, 0.95, 0.99)(buckets, seconds)) AS used_quantiles,
+    arrayMap(b -> b / 1000, quantilesExactWeightedArray(0.5, 0.95, 0.99)(arrayMap(j -> toUInt16(used_pct * 10 + j), range(10)), seconds)) AS used_quantiles,
     max(bucket_max) AS used_max,
     sumIf(arraySum(seconds), used_pct >= 90) AS samples_above_90,
     min(bucket_first_ts) AS first_ts_ms,
@@ -26,19 +29,23 @@ FROM
 (
     WITH ? AS by
     SELECT
-        gpu_key, used_pct, seconds, buckets, bucket_max, bucket_first_ts, bucket_last_ts,
-        multiIf(by = 'cluster', cluster, by = 'node', node, by = 'namespace', namespace, by = 'workload', workload, '') AS group_key
+        multiIf(by = 'cluster', cluster, by = 'node', node, by = 'namespace', namespace, by = 'workload', workload, '') AS group_key,
+        used_pct,
+        uniqExactState(gpu_key) AS bucket_gpus,
+        sumForEach(minute_seconds) AS seconds,
+        max(minute_max) AS bucket_max,
+        min(minute_first_ts) AS bucket_first_ts,
+        max(minute_last_ts) AS bucket_last_ts
     FROM
     (
         SELECT
             gpu_key, minute_ms, used_pct,
             any(toString(cluster)) AS cluster,
             any(toString(node)) AS node,
-            arrayMap(m -> toUInt64(length(bitmaskToArray(m))), groupBitOrForEachMerge(gpu_minutes.seconds)) AS seconds,
-            arrayMap(j -> toUInt16(used_pct * 10 + j), range(10)) AS buckets,
-            maxMerge(used_max) AS bucket_max,
-            minMerge(first_ts_ms) AS bucket_first_ts,
-            maxMerge(last_ts_ms) AS bucket_last_ts
+            arrayMap(m -> toUInt64(length(bitmaskToArray(m))), groupBitOrForEachMerge(gpu_minutes.seconds)) AS minute_seconds,
+            maxMerge(used_max) AS minute_max,
+            minMerge(first_ts_ms) AS minute_first_ts,
+            maxMerge(last_ts_ms) AS minute_last_ts
         FROM {db}.gpu_minutes
         WHERE minute_ms >= ? AND minute_ms < ?
         GROUP BY gpu_key, minute_ms, used_pct
@@ -50,9 +57,10 @@ FROM
             argMaxMerge(top_workload) AS workload,
             argMaxMerge(top_namespace) AS namespace
         FROM {db}.process_minutes
-        WHERE minute_ms >= ? AND minute_ms < ?
+        WHERE minute_ms >= ? AND minute_ms < ? AND ? IN ('namespace', 'workload')
         GROUP BY gpu_key, minute_ms
     ) AS top_process USING (gpu_key, minute_ms)
+    GROUP BY group_key, used_pct
 )
 GROUP BY group_key
 ORDER BY group_key

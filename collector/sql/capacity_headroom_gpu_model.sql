@@ -5,12 +5,13 @@
 --
 -- The rollup states of each (GPU, minute, 1 % bucket) are merged first (exact before background
 -- merges: OR-ed seconds masks); mask j counts the seconds in the 0.1 % bucket 10 × used_pct + j.
--- The GPU model joins on gpu_key (the rollup's cityHash64(cluster, node, gpu_index)).
+-- The seconds are summed per model and 1 % bucket before the quantiles. The GPU model joins on
+-- gpu_key (the rollup's cityHash64(cluster, node, gpu_index)).
 SELECT
     group_key,
-    uniqExact(gpu_key) AS gpus,
+    uniqExactMerge(bucket_gpus) AS gpus,
     sum(arraySum(seconds)) AS samples,
-    arrayMap(b -> b / 1000, quantilesExactWeightedArray(0.5, 0.95, 0.99)(buckets, seconds)) AS used_quantiles,
+    arrayMap(b -> b / 1000, quantilesExactWeightedArray(0.5, 0.95, 0.99)(arrayMap(j -> toUInt16(used_pct * 10 + j), range(10)), seconds)) AS used_quantiles,
     max(bucket_max) AS used_max,
     sumIf(arraySum(seconds), used_pct >= 90) AS samples_above_90,
     min(bucket_first_ts) AS first_ts_ms,
@@ -18,29 +19,40 @@ SELECT
 FROM
 (
     SELECT
-        gpu_key, minute_ms, used_pct,
-        arrayMap(m -> toUInt64(length(bitmaskToArray(m))), groupBitOrForEachMerge(gpu_minutes.seconds)) AS seconds,
-        arrayMap(j -> toUInt16(used_pct * 10 + j), range(10)) AS buckets,
-        maxMerge(used_max) AS bucket_max,
-        minMerge(first_ts_ms) AS bucket_first_ts,
-        maxMerge(last_ts_ms) AS bucket_last_ts
-    FROM {db}.gpu_minutes
-    WHERE minute_ms >= ? AND minute_ms < ?
-    GROUP BY gpu_key, minute_ms, used_pct
-) AS gpu
-ALL LEFT JOIN
-(
-    SELECT cityHash64(cluster, node, gpu_index) AS gpu_key, argMax(gpu_name, a_ts) AS group_key
+        group_key,
+        used_pct,
+        uniqExactState(gpu_key) AS bucket_gpus,
+        sumForEach(minute_seconds) AS seconds,
+        max(minute_max) AS bucket_max,
+        min(minute_first_ts) AS bucket_first_ts,
+        max(minute_last_ts) AS bucket_last_ts
     FROM
     (
         SELECT
-            cluster, node, ts_ms AS a_ts,
-            arrayJoin(arrayEnumerate(gpu_indices)) AS i,
-            gpu_indices[i] AS gpu_index,
-            gpu_names[i] AS gpu_name
-        FROM {db}.agents
-    )
-    GROUP BY cluster, node, gpu_index
-) AS model USING (gpu_key)
+            gpu_key, minute_ms, used_pct,
+            arrayMap(m -> toUInt64(length(bitmaskToArray(m))), groupBitOrForEachMerge(gpu_minutes.seconds)) AS minute_seconds,
+            maxMerge(used_max) AS minute_max,
+            minMerge(first_ts_ms) AS minute_first_ts,
+            maxMerge(last_ts_ms) AS minute_last_ts
+        FROM {db}.gpu_minutes
+        WHERE minute_ms >= ? AND minute_ms < ?
+        GROUP BY gpu_key, minute_ms, used_pct
+    ) AS gpu
+    ALL LEFT JOIN
+    (
+        SELECT cityHash64(cluster, node, gpu_index) AS gpu_key, argMax(gpu_name, a_ts) AS group_key
+        FROM
+        (
+            SELECT
+                cluster, node, ts_ms AS a_ts,
+                arrayJoin(arrayEnumerate(gpu_indices)) AS i,
+                gpu_indices[i] AS gpu_index,
+                gpu_names[i] AS gpu_name
+            FROM {db}.agents
+        )
+        GROUP BY cluster, node, gpu_index
+    ) AS model USING (gpu_key)
+    GROUP BY group_key, used_pct
+)
 GROUP BY group_key
 ORDER BY group_key

@@ -243,6 +243,7 @@ pub async fn headroom(
             ParamValue::Int(until_ms),
             ParamValue::Int(since_ms),
             ParamValue::Int(until_ms),
+            ParamValue::String(by.as_str().to_owned()),
         ];
         queries::builtin("capacity_headroom")?.bind(client, db, &args)?.fetch_all::<HeadroomRow>().await?
     };

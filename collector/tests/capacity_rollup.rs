@@ -177,7 +177,8 @@ async fn insert_fixtures(ch: &Ch, tables: &[&str]) {
 
 async fn headroom(ch: &Ch, by: &str) -> Vec<HeadroomRow> {
     let (since, until) = (ParamValue::Int(0), ParamValue::Int(i64::MAX));
-    let args = [ParamValue::String(by.to_owned()), since.clone(), until.clone(), since, until];
+    let by = ParamValue::String(by.to_owned());
+    let args = [by.clone(), since.clone(), until.clone(), since, until, by];
     queries::builtin("capacity_headroom")
         .unwrap()
         .bind(ch.client(), "oomlens", &args)
