@@ -454,6 +454,19 @@ async fn rescore_outdated(
     opts: &AttributeOptions,
 ) -> Result<u64, AttributionError> {
     let table = table(db)?;
+    // The common case, cheaply: no row of an older version in the range at all.
+    let any_old = client
+        .query(&format!(
+            "SELECT count() FROM (SELECT 1 FROM {table} WHERE ts_ms >= ? AND ts_ms < ? AND rules_version < ? LIMIT 1)"
+        ))
+        .bind(opts.since_ms)
+        .bind(opts.until_ms)
+        .bind(RULES_VERSION)
+        .fetch_one::<u64>()
+        .await?;
+    if any_old == 0 {
+        return Ok(0);
+    }
     let columns = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES.join(", ");
     let sql = format!(
         "SELECT {columns} FROM {table} WHERE ts_ms >= ? AND ts_ms < ? \
