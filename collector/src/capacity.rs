@@ -269,11 +269,15 @@ pub async fn build(
     window_ms: i64,
     top: usize,
 ) -> Result<CapacityReport, CapacityError> {
-    let rows = headroom(client, db, by, since_ms, until_ms).await?;
-    let by_workload = if by == GroupBy::Workload {
-        rows.clone()
+    // The two headroom queries run concurrently: each has single-threaded phases on the server.
+    let (rows, by_workload) = if by == GroupBy::Workload {
+        let rows = headroom(client, db, by, since_ms, until_ms).await?;
+        (rows.clone(), rows)
     } else {
-        headroom(client, db, GroupBy::Workload, since_ms, until_ms).await?
+        tokio::try_join!(
+            headroom(client, db, by, since_ms, until_ms),
+            headroom(client, db, GroupBy::Workload, since_ms, until_ms)
+        )?
     };
     let events = queries::builtin("capacity_events")?
         .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
