@@ -279,14 +279,21 @@ pub async fn build(
             headroom(client, db, GroupBy::Workload, since_ms, until_ms)
         )?
     };
-    let events = queries::builtin("capacity_events")?
-        .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
-        .fetch_all::<CapacityEvent>()
-        .await?;
-    // Each event's scenario (stored by the current rules, else re-scored from the stored features
-    // or computed live) and its stored top neighbours (attribution::store::read_window_scenarios).
+    // The events, and concurrently each event's scenario (stored by the current rules, else
+    // re-scored from the stored features or computed live) and its stored top neighbours
+    // (attribution::store::read_window_scenarios).
+    let events = async {
+        let rows = queries::builtin("capacity_events")?
+            .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
+            .fetch_all::<CapacityEvent>()
+            .await?;
+        Ok::<_, CapacityError>(rows)
+    };
     let window = FeatureWindow { since_ms, until_ms, window_ms };
-    let attributed = attribution::store::read_window_scenarios(client, db, &window, true).await?;
+    let attributed = async {
+        Ok::<_, CapacityError>(attribution::store::read_window_scenarios(client, db, &window, true).await?)
+    };
+    let (events, attributed) = tokio::try_join!(events, attributed)?;
     let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
         .events
         .iter()
