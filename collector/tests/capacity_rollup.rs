@@ -294,7 +294,26 @@ async fn migration_backfills_rows_stored_before_the_views() {
     assert_eq!(gpu_minutes(&ch).await, want_gpu);
     assert_eq!(process_minutes(&ch).await, want_proc);
     let next = ch.migrate().await.unwrap();
-    assert!(next.rollups_created.is_empty() && next.backfilled.is_empty(), "{next}");
+    assert!(
+        next.rollups_created.is_empty() && next.backfilled.is_empty() && next.rollups_rebuilt.is_empty(),
+        "{next}"
+    );
+
+    // A rollup table of another version (other columns) is derived data: the migration drops it
+    // with its view and rebuilds both from the samples.
+    ch.execute("DROP TABLE oomlens.gpu_minutes_mv").await.unwrap();
+    ch.execute("DROP TABLE oomlens.gpu_minutes").await.unwrap();
+    ch.execute(
+        "CREATE TABLE oomlens.gpu_minutes (cluster String, node String, gpu_index UInt32, minute_ms Int64, \
+         samples AggregateFunction(uniqExact, Int64)) ENGINE = AggregatingMergeTree() \
+         ORDER BY (cluster, node, gpu_index, minute_ms)",
+    )
+    .await
+    .unwrap();
+    let rebuilt = ch.migrate().await.unwrap();
+    assert_eq!(rebuilt.rollups_rebuilt, ["gpu_minutes"], "{rebuilt}");
+    assert_eq!(rebuilt.rollups_created, ["gpu_minutes", "gpu_minutes_mv"], "{rebuilt}");
+    assert_eq!(gpu_minutes(&ch).await, want_gpu);
     drop(ch);
 }
 

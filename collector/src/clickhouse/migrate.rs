@@ -20,7 +20,8 @@
 //! rolled up once ([`Ch::backfill_rollups`]): one `INSERT … SELECT` per hour of source time, newest first.
 //! Rows the view sees as well are counted once, because every rollup state is idempotent under
 //! duplicates; so the backfill can be repeated (`oomlens-collector migrate --backfill-rollups`)
-//! after an interrupted upgrade.
+//! after an interrupted upgrade. A rollup table with other columns than this version's (an older
+//! rollup design) is dropped with its view and rebuilt the same way: it holds derived data only.
 
 use oomlens_schema::ddl::rollups::{RollupSpec, rollups};
 use oomlens_schema::ddl::{
@@ -45,6 +46,8 @@ pub struct MigrateReport {
     pub rollups_created: Vec<String>,
     /// Rollups backfilled from the rows stored before their view existed, as `rollup: N hours`.
     pub backfilled: Vec<String>,
+    /// Rollup tables of another version dropped to be rebuilt (created and backfilled again).
+    pub rollups_rebuilt: Vec<String>,
 }
 
 impl std::fmt::Display for MigrateReport {
@@ -52,11 +55,12 @@ impl std::fmt::Display for MigrateReport {
         let show = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(", ") };
         write!(
             f,
-            "created: {}; existing: {}; columns added: {}; rollups created: {}; backfilled: {}",
+            "created: {}; existing: {}; columns added: {}; rollups created: {}; rebuilt: {}; backfilled: {}",
             show(&self.created),
             show(&self.existing),
             show(&self.added_columns),
             show(&self.rollups_created),
+            show(&self.rollups_rebuilt),
             show(&self.backfilled)
         )
     }
@@ -145,6 +149,9 @@ impl Ch {
         // The views read the sample tables: only once those are right.
         self.check_schema().await?;
         for rollup in rollups() {
+            if self.drop_outdated_rollup(&rollup, "").await? {
+                report.rollups_rebuilt.push(rollup.name.to_owned());
+            }
             if self.describe(rollup.name).await?.is_empty() {
                 self.execute(&rollup.create_sql(self.database(), caps, self.retention())).await?;
                 tracing::info!(table = rollup.name, "created rollup table");
@@ -175,6 +182,11 @@ impl Ch {
         let ddl = &topology.ddl;
         let (db, caps, retention) = (self.database(), self.caps(), self.retention());
         for rollup in rollups() {
+            for r in &topology.replicas {
+                if r.ch.drop_outdated_rollup(&rollup, LOCAL_SUFFIX).await? {
+                    report.rollups_rebuilt.push(format!("{}@{}", rollup.name, r.ch.url()));
+                }
+            }
             let steps = [
                 (rollup.local_name(), rollup.create_local_sql(db, caps, retention, ddl)),
                 (rollup.name.to_owned(), rollup.create_distributed_sql(db, caps, ddl)),
@@ -217,6 +229,40 @@ impl Ch {
             }
         }
         Ok(())
+    }
+
+    /// A rollup table whose columns are not this version's (an older collector's rollup) holds
+    /// derived data only: drops its view, its `Distributed` front (in cluster mode) and itself on
+    /// this server, so the migration recreates and backfills them. Returns whether it did.
+    async fn drop_outdated_rollup(&self, rollup: &RollupSpec, suffix: &str) -> Result<bool, ChError> {
+        let table = format!("{}{suffix}", rollup.name);
+        let described = self.describe(&table).await?;
+        if described.is_empty() {
+            return Ok(false);
+        }
+        let mut have: Vec<&str> = described.iter().map(|d| d.name.as_str()).collect();
+        let mut want: Vec<&str> = rollup.columns.iter().map(|c| c.name).collect();
+        have.sort_unstable();
+        want.sort_unstable();
+        if have == want {
+            return Ok(false);
+        }
+        tracing::warn!(
+            table,
+            url = self.url(),
+            ?have,
+            ?want,
+            "rollup table from another version: dropping it and its view to rebuild them from the samples"
+        );
+        let mut drop = vec![rollup.view_name()];
+        if !suffix.is_empty() {
+            drop.push(rollup.name.to_owned());
+        }
+        drop.push(table);
+        for t in drop {
+            self.execute(&format!("DROP TABLE IF EXISTS {}", self.table(&t))).await?;
+        }
+        Ok(true)
     }
 
     /// Rolls up every row of the sample tables into the rollups again (all of them; in cluster
