@@ -41,9 +41,11 @@ fn replay(node: &str, seed: u64, start_ms: i64, seconds: i64) -> Vec<Second> {
 enum Events {
     /// Those the simulator produced in the stored seconds.
     OfSeconds,
-    /// Exactly these (an event may be held by the merger's grace window past its second's batch,
-    /// so after a `kill -9` the set is what was stored or spooled, not what was sampled).
-    Exactly(BTreeSet<u64>),
+    /// Exactly these among the events before the given time (an event may be held by the
+    /// merger's grace window past its second's batch, so after a `kill -9` the set is what was
+    /// stored, spooled or journaled, not what was sampled — and a journaled event of the second
+    /// the agent was killed in lies after the last spooled second).
+    Exactly(BTreeSet<u64>, i64),
 }
 
 /// Asserts that exactly the given simulated seconds of a run are stored, each row exactly once.
@@ -81,12 +83,16 @@ async fn assert_exactly_once(
     assert!(want_procs > 0);
     assert_eq!((procs, proc_keys), (want_procs, want_procs), "{node}: process_samples exactly once");
     // Raw rows, before any merge of the ReplacingMergeTree: no duplicate was inserted at all.
-    let mut ids = event_ids(db, node, lo, hi).await;
-    ids.sort_unstable();
-    let mut want_ids: Vec<u64> = match events {
-        Events::OfSeconds => seconds.iter().flat_map(|s| expected[*s as usize].events.clone()).collect(),
-        Events::Exactly(set) => set.into_iter().collect(),
+    let (mut ids, mut want_ids): (Vec<u64>, Vec<u64>) = match events {
+        Events::OfSeconds => (
+            event_ids(db, node, lo, hi).await,
+            seconds.iter().flat_map(|s| expected[*s as usize].events.clone()).collect(),
+        ),
+        Events::Exactly(set, until_ms) => {
+            (event_ids(db, node, lo, until_ms).await, set.into_iter().collect())
+        }
     };
+    ids.sort_unstable();
     want_ids.sort_unstable();
     assert_eq!(ids, want_ids, "{node}: oom_events exactly once");
 }
@@ -281,8 +287,10 @@ async fn kill_9_and_restart_loses_nothing_spooled_and_duplicates_nothing() {
     assert!(second.log_text().contains("disk spool open"), "{}", second.log_text());
     // Everything the killed agent had spooled, and nothing it had not produced.
     let first_run = (0..=spooled_through).collect();
-    let events =
-        Events::Exactly(events_stored.union(&events_spooled).chain(&events_journaled).copied().collect());
+    let events = Events::Exactly(
+        events_stored.union(&events_spooled).chain(&events_journaled).copied().collect(),
+        start2,
+    );
     assert_exactly_once(&db, node, seed, START_MS, &first_run, spooled_through + 1, events).await;
     assert_exactly_once(&db, node, seed, start2, &(0..20).collect(), 20, Events::OfSeconds).await;
     let boots =
@@ -352,6 +360,15 @@ async fn a_torn_and_corrupt_spool_is_repaired_and_the_rest_replays() {
     assert!(log.contains("corrupt records skipped"), "{log}");
     let db = client(&ch.url());
     let expected: BTreeSet<i64> = all.difference(&lost.seconds).copied().collect();
-    assert_exactly_once(&db, node, seed, START_MS, &expected, duration as i64, Events::Exactly(events)).await;
+    assert_exactly_once(
+        &db,
+        node,
+        seed,
+        START_MS,
+        &expected,
+        duration as i64,
+        Events::Exactly(events, start2),
+    )
+    .await;
     assert_exactly_once(&db, node, seed, start2, &(0..10).collect(), 10, Events::OfSeconds).await;
 }
