@@ -41,11 +41,11 @@ echo "== 2. whole-pipeline throughput + baselines"
   --agents "$THROUGHPUT_AGENTS" --mode throughput --seconds "$SECONDS_MEASURED" \
   --baselines --json "$OUT/throughput.json" "$@" | tee "$OUT/throughput.txt"
 
-echo "== 2b. the same with the collector's batching tuned for throughput (larger inserts, deeper queue)"
-"$LOADGEN" --quiet --collector-bin "$COLLECTOR" --label "pipeline throughput, tuned" \
+echo "== 2b. the same with deeper windows (128 unacknowledged batches per agent and per connection)"
+"$LOADGEN" --quiet --collector-bin "$COLLECTOR" --label "pipeline throughput, deep windows" \
   --agents "$THROUGHPUT_AGENTS" --mode throughput --seconds "$SECONDS_MEASURED" \
-  --insert-max-rows 500000 --queue-capacity 4096 --max-batches-in-flight 32 \
-  --json "$OUT/throughput-tuned.json" "$@" | tee "$OUT/throughput-tuned.txt"
+  --max-in-flight 128 --max-batches-in-flight 128 \
+  --baselines --json "$OUT/throughput-deep.json" "$@" | tee "$OUT/throughput-deep.txt"
 
 echo "== 3. connection scale: $SCALE_AGENTS agents at 1 Hz"
 "$LOADGEN" --quiet --collector-bin "$COLLECTOR" --label "connection scale" \

@@ -80,7 +80,7 @@ impl Default for ChConfig {
             retention: Retention::default(),
             insert_max_rows: 500_000,
             insert_max_delay_ms: 1000,
-            insert_concurrency: 1,
+            insert_concurrency: 2,
             queue_capacity: 256,
             request_timeout_ms: 30_000,
             cluster: String::new(),
@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(cfg.database, "oomlens");
         assert_eq!(cfg.retention, Retention { samples_days: 7, events_days: 365 });
         assert_eq!(cfg.insert_max_delay(), Duration::from_millis(1000));
-        assert_eq!(cfg.insert_concurrency, 1);
+        assert_eq!(cfg.insert_concurrency, 2);
         assert!(cfg.validate().is_ok());
         assert_eq!(toml::from_str::<ChConfig>("").unwrap(), ChConfig::default());
     }
