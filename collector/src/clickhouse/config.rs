@@ -31,7 +31,9 @@ pub struct ChConfig {
     /// Flush at the latest this long after the first pending batch arrived, in ms.
     pub insert_max_delay_ms: u64,
     /// Flushes whose inserts may run at once (their commit records and acknowledgements stay in
-    /// order). ClickHouse parses and writes one `INSERT` on one thread.
+    /// order). ClickHouse parses and writes one `INSERT` on one thread. Above 1, a collector crash
+    /// can leave the rows of a flush that overlapped the crashed one without their commit record
+    /// (re-sent and stored again: raw duplicates, answers unchanged).
     pub insert_concurrency: usize,
     /// Batches that may wait for the writer before `store` blocks (backpressure).
     pub queue_capacity: usize,
@@ -80,7 +82,7 @@ impl Default for ChConfig {
             retention: Retention::default(),
             insert_max_rows: 500_000,
             insert_max_delay_ms: 1000,
-            insert_concurrency: 2,
+            insert_concurrency: 1,
             queue_capacity: 256,
             request_timeout_ms: 30_000,
             cluster: String::new(),
@@ -173,7 +175,7 @@ mod tests {
         assert_eq!(cfg.database, "oomlens");
         assert_eq!(cfg.retention, Retention { samples_days: 7, events_days: 365 });
         assert_eq!(cfg.insert_max_delay(), Duration::from_millis(1000));
-        assert_eq!(cfg.insert_concurrency, 2);
+        assert_eq!(cfg.insert_concurrency, 1);
         assert!(cfg.validate().is_ok());
         assert_eq!(toml::from_str::<ChConfig>("").unwrap(), ChConfig::default());
     }
