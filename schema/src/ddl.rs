@@ -242,29 +242,23 @@ impl TableSpec {
         caps: ServerCaps,
         retention: Retention,
     ) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {table}");
-        if let Some(cluster) = on_cluster {
-            let _ = write!(sql, " ON CLUSTER {cluster}");
-        }
-        sql.push_str(" (\n");
-        for col in &self.columns {
-            let _ = write!(sql, "    {}", Self::column_definition(col, caps));
-            sql.push_str(",\n");
-        }
-        let _ = writeln!(sql, "    {}", ts_alias(caps));
+        let mut columns: Vec<String> =
+            self.columns.iter().map(|col| Self::column_definition(col, caps)).collect();
+        columns.push(ts_alias(caps).to_owned());
         let partition = match self.partition {
             Partition::Day => "toYYYYMMDD",
             Partition::Month => "toYYYYMM",
         };
-        let _ = write!(
-            sql,
-            ")\nENGINE = {engine}\nPARTITION BY {partition}({TS_SECONDS_EXPR})\nORDER BY ({})",
-            self.order_by
+        let mut sql = create_table_sql(
+            table,
+            on_cluster,
+            &columns,
+            engine,
+            &format!("{partition}({TS_SECONDS_EXPR})"),
+            self.order_by,
+            TS_SECONDS_EXPR,
+            caps.ttl.then(|| self.retention_days(retention)),
         );
-        let days = self.retention_days(retention);
-        if caps.ttl && days > 0 {
-            let _ = write!(sql, "\nTTL {TS_SECONDS_EXPR} + INTERVAL {days} DAY");
-        }
         // Replicated tables deduplicate inserts by themselves (`replicated_deduplication_window`).
         if caps.insert_dedup && !engine.starts_with("Replicated") {
             let _ = write!(sql, "\nSETTINGS non_replicated_deduplication_window = {DEDUP_WINDOW}");
@@ -354,18 +348,13 @@ impl TableSpec {
     /// `CREATE TABLE IF NOT EXISTS <db>.<table>` as `Distributed(cluster, db, <table>_local,
     /// cityHash64(cluster, node))` with the same columns (types as on the shards, no codecs).
     pub fn create_distributed_sql(&self, database: &str, caps: ServerCaps, cluster: &ClusterDdl) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {database}.{}", self.name);
-        if let Some(name) = cluster.on_cluster() {
-            let _ = write!(sql, " ON CLUSTER {name}");
-        }
-        sql.push_str(" (\n");
-        for col in &self.columns {
-            let _ = writeln!(sql, "    {} {},", col.name, Self::column_type(col, caps));
-        }
-        let _ = writeln!(sql, "    {}", ts_alias(caps));
+        let mut columns: Vec<String> =
+            self.columns.iter().map(|col| format!("{} {}", col.name, Self::column_type(col, caps))).collect();
+        columns.push(ts_alias(caps).to_owned());
+        let mut sql = create_table_head(&format!("{database}.{}", self.name), cluster.on_cluster(), &columns);
         let _ = write!(
             sql,
-            ")\nENGINE = Distributed({}, {database}, {}, {SHARDING_KEY})",
+            "\nENGINE = Distributed({}, {database}, {}, {SHARDING_KEY})",
             cluster.name,
             self.local_name()
         );
@@ -382,6 +371,41 @@ impl TableSpec {
         let on = on_cluster.map(|c| format!(" ON CLUSTER {c}")).unwrap_or_default();
         format!("ALTER TABLE {table}{on} ADD COLUMN {}", Self::column_definition(col, caps))
     }
+}
+
+/// `CREATE TABLE IF NOT EXISTS <table> [ON CLUSTER …] (<columns, one per line>)`, without the
+/// engine: shared by the storage tables and their `Distributed` fronts.
+pub(crate) fn create_table_head(table: &str, on_cluster: Option<&str>, columns: &[String]) -> String {
+    let mut sql = format!("CREATE TABLE IF NOT EXISTS {table}");
+    if let Some(cluster) = on_cluster {
+        let _ = write!(sql, " ON CLUSTER {cluster}");
+    }
+    let columns: Vec<String> = columns.iter().map(|c| format!("    {c}")).collect();
+    let _ = write!(sql, " (\n{}\n)", columns.join(",\n"));
+    sql
+}
+
+/// `CREATE TABLE IF NOT EXISTS <table> [ON CLUSTER …] (<columns>) ENGINE … PARTITION BY …
+/// ORDER BY (…) [TTL <ttl_time> + INTERVAL <days> DAY]`: the shape every oomlens table shares (the
+/// sample/event tables and the rollups). `ttl_days`: `None` where the server has no TTL, `Some(0)`
+/// to keep forever.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn create_table_sql(
+    table: &str,
+    on_cluster: Option<&str>,
+    columns: &[String],
+    engine: &str,
+    partition_by: &str,
+    order_by: &str,
+    ttl_time: &str,
+    ttl_days: Option<u32>,
+) -> String {
+    let mut sql = create_table_head(table, on_cluster, columns);
+    let _ = write!(sql, "\nENGINE = {engine}\nPARTITION BY {partition_by}\nORDER BY ({order_by})");
+    if let Some(days) = ttl_days.filter(|d| *d > 0) {
+        let _ = write!(sql, "\nTTL {ttl_time} + INTERVAL {days} DAY");
+    }
+    sql
 }
 
 /// `CREATE DATABASE IF NOT EXISTS` (`ON CLUSTER` when the cluster asks for it).

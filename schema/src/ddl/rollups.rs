@@ -193,10 +193,8 @@ impl RollupSpec {
         }
     }
 
-    fn columns_sql(&self, caps: ServerCaps) -> String {
-        let cols: Vec<String> =
-            self.columns.iter().map(|c| format!("    {} {}", c.name, Self::column_type(c, caps))).collect();
-        cols.join(",\n")
+    fn column_definitions(&self, caps: ServerCaps) -> Vec<String> {
+        self.columns.iter().map(|c| format!("{} {}", c.name, Self::column_type(c, caps))).collect()
     }
 
     fn render_create(
@@ -207,21 +205,16 @@ impl RollupSpec {
         caps: ServerCaps,
         retention: Retention,
     ) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {table}");
-        if let Some(c) = on_cluster {
-            let _ = write!(sql, " ON CLUSTER {c}");
-        }
-        let _ = write!(
-            sql,
-            " (\n{}\n)\nENGINE = {engine}\nPARTITION BY toYYYYMMDD({MINUTE_SECONDS_EXPR})\nORDER BY ({})",
-            self.columns_sql(caps),
-            self.order_by
-        );
-        let days = self.retention_days(retention);
-        if caps.ttl && days > 0 {
-            let _ = write!(sql, "\nTTL {MINUTE_SECONDS_EXPR} + INTERVAL {days} DAY");
-        }
-        sql
+        super::create_table_sql(
+            table,
+            on_cluster,
+            &self.column_definitions(caps),
+            engine,
+            &format!("toYYYYMMDD({MINUTE_SECONDS_EXPR})"),
+            self.order_by,
+            MINUTE_SECONDS_EXPR,
+            caps.ttl.then(|| self.retention_days(retention)),
+        )
     }
 
     /// `CREATE TABLE IF NOT EXISTS <db>.<table>` (one server).
@@ -264,14 +257,14 @@ impl RollupSpec {
     /// `CREATE TABLE IF NOT EXISTS <db>.<table>` as `Distributed` over `<table>_local`, with the
     /// same sharding key as the sample tables (a node's rows stay on one shard).
     pub fn create_distributed_sql(&self, database: &str, caps: ServerCaps, cluster: &ClusterDdl) -> String {
-        let mut sql = format!("CREATE TABLE IF NOT EXISTS {database}.{}", self.name);
-        if cluster.on_cluster {
-            let _ = write!(sql, " ON CLUSTER {}", cluster.name);
-        }
+        let mut sql = super::create_table_head(
+            &format!("{database}.{}", self.name),
+            cluster.on_cluster(),
+            &self.column_definitions(caps),
+        );
         let _ = write!(
             sql,
-            " (\n{}\n)\nENGINE = Distributed({}, {database}, {}, {SHARDING_KEY})",
-            self.columns_sql(caps),
+            "\nENGINE = Distributed({}, {database}, {}, {SHARDING_KEY})",
             cluster.name,
             self.local_name()
         );
