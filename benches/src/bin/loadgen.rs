@@ -163,6 +163,10 @@ struct Report {
     ack_samples: usize,
     sessions_held: u64,
     collector_connected_agents: Option<f64>,
+    /// Collector flushes completed per second in the window (`insert_flushes`).
+    flushes_per_s: Option<f64>,
+    /// Mean duration of one `INSERT` statement in the window (`insert_latency_*`), ms.
+    insert_ms_mean: Option<f64>,
     failed_sessions: u64,
     late_ticks: u64,
     collector: ProcUsage,
@@ -557,6 +561,14 @@ async fn drive(
             s.acked_process_rows.load(Ordering::Relaxed),
         )
     };
+    let writer_snap = || {
+        (
+            collector.metric("oomlens_collector_insert_flushes_total"),
+            collector.metric("oomlens_collector_insert_latency_microseconds_sum_total"),
+            collector.metric("oomlens_collector_insert_latency_count_total"),
+        )
+    };
+    let writer_before = writer_snap();
     let before = snap(&shared);
     let started = Instant::now();
     shared.measuring.store(true, Ordering::Relaxed);
@@ -574,6 +586,14 @@ async fn drive(
     let sessions_held = shared.open.load(Ordering::Relaxed);
     let after = snap(&shared);
     let measured = started.elapsed().as_secs_f64();
+    let writer_after = writer_snap();
+    let flushes_per_s = writer_before.0.zip(writer_after.0).map(|(a, b)| (b - a) / measured);
+    let insert_ms_mean = match (writer_before, writer_after) {
+        ((_, Some(sum0), Some(n0)), (_, Some(sum1), Some(n1))) if n1 > n0 => {
+            Some((sum1 - sum0) / (n1 - n0) / 1000.0)
+        }
+        _ => None,
+    };
     shared.measuring.store(false, Ordering::Relaxed);
     let (cu, hu, lu) = (usage(marks.0, collector.pid()), usage(marks.1, ch_pid), usage(marks.2, me));
     pb.finish_and_clear();
@@ -609,6 +629,8 @@ async fn drive(
         ack_samples: lat.len(),
         sessions_held,
         collector_connected_agents: collector_connected,
+        flushes_per_s,
+        insert_ms_mean,
         failed_sessions: shared.failed.load(Ordering::Relaxed),
         late_ticks: shared.late_ticks.load(Ordering::Relaxed),
         collector: cu,
@@ -722,14 +744,17 @@ fn print_report(r: &Report) {
     println!("{}\n", r.setup);
     println!(
         "mean batch: {:.0} rows, {:.0} bytes; measured {:.1} s; sessions held at the end of the window: {} \
-         (collector's connected_agents: {}); failed sessions: {}; late rate ticks: {}\n",
+         (collector's connected_agents: {}); failed sessions: {}; late rate ticks: {}; \
+         collector flushes/s: {}, mean INSERT: {} ms\n",
         r.batch_rows_mean,
         r.frame_bytes_mean,
         r.measured_s,
         r.sessions_held,
         r.collector_connected_agents.map_or_else(|| "?".to_owned(), |v| format!("{v:.0}")),
         r.failed_sessions,
-        r.late_ticks
+        r.late_ticks,
+        r.flushes_per_s.map_or_else(|| "?".to_owned(), |v| format!("{v:.2}")),
+        r.insert_ms_mean.map_or_else(|| "?".to_owned(), |v| format!("{v:.0}")),
     );
     println!("| rows/s | (GPU / process) | batches/s | MB/s (frames) | ack p50 | ack p99 | ack max |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
