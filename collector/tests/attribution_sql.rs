@@ -11,7 +11,7 @@ use std::path::Path;
 
 use common::*;
 use oomlens_collector::attribution::{self, FeatureWindow, Rule};
-use oomlens_collector::clickhouse::{Ch, ChConfig};
+use oomlens_collector::clickhouse::Ch;
 
 async fn load_fixtures(ch: &Ch) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql");
@@ -27,14 +27,7 @@ async fn load_fixtures(ch: &Ch) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_and_rust_rules_agree_on_the_fixtures() {
-    let server = start_clickhouse();
-    let cfg = ChConfig {
-        url: server.url(),
-        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
-    let ch = Ch::connect(&cfg).await.unwrap();
-    ch.migrate().await.unwrap();
+    let (_server, ch) = migrated_clickhouse().await;
     load_fixtures(&ch).await;
     let db = ch.client();
 

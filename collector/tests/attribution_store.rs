@@ -96,14 +96,7 @@ async fn assert_same_as_live(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_and_live_attributions_are_identical() {
     let t0 = std::time::Instant::now();
-    let server = start_clickhouse();
-    let cfg = ChConfig {
-        url: server.url(),
-        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
-    let ch = Ch::connect(&cfg).await.unwrap();
-    ch.migrate().await.unwrap();
+    let (_server, ch) = migrated_clickhouse().await;
     load_fixtures(&ch).await;
     let db = ch.client();
     let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;

@@ -13,7 +13,6 @@ use std::process::Command;
 
 use common::*;
 use oomlens_collector::attribution::{self, FeatureWindow};
-use oomlens_collector::clickhouse::{Ch, ChConfig};
 use serde_json::Value;
 
 fn fixture(table: &str) -> String {
@@ -76,14 +75,7 @@ fn headroom_by_node() -> BTreeMap<String, (usize, Vec<f64>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_report_numbers() {
-    let server = start_clickhouse();
-    let cfg = ChConfig {
-        url: server.url(),
-        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
-    let ch = Ch::connect(&cfg).await.unwrap();
-    ch.migrate().await.unwrap();
+    let (server, ch) = migrated_clickhouse().await;
     for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
         // Twice: re-sent rows must not change any number.
         for _ in 0..2 {

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use common::*;
 use oomlens_collector::capacity::HeadroomRow;
-use oomlens_collector::clickhouse::{Ch, ChConfig};
+use oomlens_collector::clickhouse::Ch;
 use oomlens_collector::queries::{self, ParamValue};
 use serde::Deserialize;
 use serde_json::Value;
@@ -213,12 +213,7 @@ async fn raw_headroom_by_node(ch: &Ch) -> Vec<HeadroomRow> {
 }
 
 async fn migrated(server: &oomlens_collector::devch::DevClickHouse) -> Ch {
-    let cfg = ChConfig {
-        url: server.url(),
-        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
-    let ch = Ch::connect(&cfg).await.unwrap();
+    let ch = Ch::connect(&ch_config_without_ttl(server)).await.unwrap();
     let report = ch.migrate().await.unwrap();
     assert!(report.rollups_created.contains(&"gpu_minutes_mv".to_owned()), "{report}");
     ch

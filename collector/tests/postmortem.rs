@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
-use oomlens_collector::clickhouse::{Ch, ChConfig};
+use oomlens_collector::clickhouse::Ch;
 use oomlens_collector::timearg::format_ms;
 use serde_json::Value;
 
@@ -91,14 +91,7 @@ fn fixture_peaks(pid: u64, from: i64, to: i64) -> Vec<(i64, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postmortem_text_json_html() {
-    let server = start_clickhouse();
-    let cfg = ChConfig {
-        url: server.url(),
-        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
-    let ch = Ch::connect(&cfg).await.unwrap();
-    ch.migrate().await.unwrap();
+    let (server, ch) = migrated_clickhouse().await;
     load(&ch).await;
     let url = server.url();
 

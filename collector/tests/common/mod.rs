@@ -18,7 +18,7 @@ use oomlens_agent::config::{AgentConfig, SourceKind};
 use oomlens_agent::runner::run_agent;
 use oomlens_agent::uplink::UplinkTotals;
 use oomlens_collector::certs::{DevPki, mint_dev_pki};
-use oomlens_collector::clickhouse::ChConfig;
+use oomlens_collector::clickhouse::{Ch, ChConfig};
 use oomlens_collector::config::CollectorConfig;
 use oomlens_collector::devch::DevClickHouse;
 use oomlens_collector::service::{self, RunningCollector};
@@ -33,6 +33,25 @@ pub fn pki(dir: &Path, nodes: &[&str]) -> DevPki {
 
 pub fn start_clickhouse() -> DevClickHouse {
     DevClickHouse::start().unwrap_or_else(|e| panic!("cannot start ClickHouse: {e}"))
+}
+
+/// Writer settings for `server` without TTLs: fixtures carry fixed, long-past timestamps that a
+/// retention TTL would drop at the first merge.
+pub fn ch_config_without_ttl(server: &DevClickHouse) -> ChConfig {
+    ChConfig {
+        url: server.url(),
+        retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
+        ..ChConfig::default()
+    }
+}
+
+/// A throw-away ClickHouse with the schema migrated (no TTLs): the server (keep it alive) and a
+/// connection to it.
+pub async fn migrated_clickhouse() -> (DevClickHouse, Ch) {
+    let server = start_clickhouse();
+    let ch = Ch::connect(&ch_config_without_ttl(&server)).await.unwrap();
+    ch.migrate().await.unwrap();
+    (server, ch)
 }
 
 pub fn collector_config(pki: &DevPki, ch_url: &str, listen: SocketAddr) -> CollectorConfig {
