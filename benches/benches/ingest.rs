@@ -18,7 +18,7 @@ use oomlens_benches::loadgen::{FrameTemplate, PoolSpec, build_pool};
 use oomlens_collector::clickhouse::convert::{batch_rows, batch_rows_owned, event_row};
 use oomlens_collector::clickhouse::rowbinary::encode_batch;
 use oomlens_collector::identity::AgentIdentity;
-use oomlens_schema::Frame;
+use oomlens_schema::{Batch, Frame};
 
 /// Shapes of realistic frames: (name, seconds per batch, extra processes per GPU).
 const SHAPES: &[(&str, u32, u32)] = &[
@@ -45,6 +45,15 @@ fn frames(batch_seconds: u32, procs_per_gpu: u32) -> Vec<FrameTemplate> {
         .into_iter()
         .flat_map(|n| n.frames)
         .collect()
+}
+
+/// Validates and decodes one batch frame (the collector's receive path).
+fn decode_batch(frame: &[u8]) -> Batch {
+    match Frame::decode(frame) {
+        Ok(Frame::Batch(batch)) => batch,
+        Ok(other) => panic!("not a batch: {other:?}"),
+        Err(e) => panic!("decode: {e}"),
+    }
 }
 
 fn identity() -> AgentIdentity {
@@ -84,11 +93,7 @@ fn ingest(c: &mut Criterion) {
         group.bench_function("decode_and_encode_rowbinary", |b| {
             b.iter(|| {
                 for f in &encoded {
-                    let Frame::Batch(batch) =
-                        Frame::decode(black_box(f)).unwrap_or_else(|e| panic!("decode: {e}"))
-                    else {
-                        panic!("not a batch")
-                    };
+                    let batch = decode_batch(black_box(f));
                     let samples = encode_batch(&id, &batch);
                     let events: Vec<_> = batch.events.iter().map(|e| event_row(&id, e, 0)).collect();
                     drop(batch);
@@ -99,11 +104,7 @@ fn ingest(c: &mut Criterion) {
         group.bench_function("decode_and_convert_borrowed", |b| {
             b.iter(|| {
                 for f in &encoded {
-                    let Frame::Batch(batch) =
-                        Frame::decode(black_box(f)).unwrap_or_else(|e| panic!("decode: {e}"))
-                    else {
-                        panic!("not a batch")
-                    };
+                    let batch = decode_batch(black_box(f));
                     black_box(batch_rows(&id, &batch, 0));
                 }
             })
@@ -111,11 +112,7 @@ fn ingest(c: &mut Criterion) {
         group.bench_function("decode_and_convert", |b| {
             b.iter(|| {
                 for f in &encoded {
-                    let Frame::Batch(batch) =
-                        Frame::decode(black_box(f)).unwrap_or_else(|e| panic!("decode: {e}"))
-                    else {
-                        panic!("not a batch")
-                    };
+                    let batch = decode_batch(black_box(f));
                     black_box(batch_rows_owned(&id, batch, 0));
                 }
             })
