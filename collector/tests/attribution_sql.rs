@@ -7,28 +7,13 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use oomlens_collector::attribution::{self, FeatureWindow, Rule};
-use oomlens_collector::clickhouse::Ch;
-
-async fn load_fixtures(ch: &Ch) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql");
-    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
-        let rows = std::fs::read_to_string(dir.join(format!("{table}.jsonl"))).unwrap();
-        ch.client()
-            .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{rows}"))
-            .execute()
-            .await
-            .unwrap_or_else(|e| panic!("loading {table}: {e}"));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_and_rust_rules_agree_on_the_fixtures() {
     let (_server, ch) = migrated_clickhouse().await;
-    load_fixtures(&ch).await;
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 1).await;
     let db = ch.client();
 
     let events = attribution::attribute_window(db, "oomlens", &FeatureWindow::ALL).await.unwrap();

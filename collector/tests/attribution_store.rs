@@ -10,7 +10,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use common::*;
 use oomlens_collector::attribution::store::{self, AttributeOptions, RankedNeighbour};
@@ -18,20 +17,6 @@ use oomlens_collector::attribution::{self, FeatureWindow};
 use oomlens_collector::capacity::{self, GroupBy};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
 use oomlens_collector::queries::{self, ParamValue};
-
-async fn load_fixtures(ch: &Ch) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql");
-    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
-        let rows = std::fs::read_to_string(dir.join(format!("{table}.jsonl"))).unwrap();
-        for _ in 0..2 {
-            ch.client()
-                .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{rows}"))
-                .execute()
-                .await
-                .unwrap_or_else(|e| panic!("loading {table}: {e}"));
-        }
-    }
-}
 
 /// The live answer: features + rules from the samples, the top 3 neighbours from oom_neighbours.
 async fn live(
@@ -97,7 +82,7 @@ async fn assert_same_as_live(
 async fn stored_and_live_attributions_are_identical() {
     let t0 = std::time::Instant::now();
     let (_server, ch) = migrated_clickhouse().await;
-    load_fixtures(&ch).await;
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 2).await;
     let db = ch.client();
     let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;
     assert!(distinct > 40, "{distinct}");
@@ -287,7 +272,7 @@ async fn the_collector_attributes_in_the_background() {
     cfg.attribution.chunk_events = 20;
     let (collector, _stop) = start_collector(cfg).await;
     let ch = Ch::connect(&ChConfig { url: server.url(), ..ChConfig::default() }).await.unwrap();
-    load_fixtures(&ch).await;
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 2).await;
     let db = ch.client();
     let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -312,7 +297,7 @@ async fn oomlens_attribute_backfills_once() {
     let cfg = ChConfig { url: server.url(), ..ChConfig::default() };
     let ch = Ch::connect(&cfg).await.unwrap();
     ch.migrate().await.unwrap();
-    load_fixtures(&ch).await;
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 2).await;
     let db = ch.client();
     let distinct = count(db, "SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events").await;
     let run = |args: &[&str]| {

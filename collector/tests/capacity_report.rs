@@ -8,19 +8,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
 use std::process::Command;
 
 use common::*;
 use oomlens_collector::attribution::{self, FeatureWindow};
 use serde_json::Value;
-
-fn fixture(table: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl")),
-    )
-    .unwrap()
-}
 
 fn report(url: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
@@ -41,15 +33,7 @@ fn report(url: &str, args: &[&str]) -> (i32, String, String) {
 /// by (cluster, node, gpu_index, ts_ms).
 fn headroom_by_node() -> BTreeMap<String, (usize, Vec<f64>)> {
     let mut collapsed: HashMap<(String, String, u64, i64), (u64, u64)> = HashMap::new();
-    for line in fixture("gpu_samples").lines() {
-        let r: Value = serde_json::from_str(line).unwrap();
-        let (Some(used), Some(total)) = (r["memory_used_bytes"].as_u64(), r["memory_total_bytes"].as_u64())
-        else {
-            continue;
-        };
-        if total == 0 {
-            continue;
-        }
+    for (r, used, total) in fixture_gpu_usage() {
         let key = (
             r["cluster"].as_str().unwrap().to_owned(),
             r["node"].as_str().unwrap().to_owned(),
@@ -76,16 +60,8 @@ fn headroom_by_node() -> BTreeMap<String, (usize, Vec<f64>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_report_numbers() {
     let (server, ch) = migrated_clickhouse().await;
-    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
-        // Twice: re-sent rows must not change any number.
-        for _ in 0..2 {
-            ch.client()
-                .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{}", fixture(table)))
-                .execute()
-                .await
-                .unwrap();
-        }
-    }
+    // Twice: re-sent rows must not change any number.
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 2).await;
     let url = server.url();
 
     let (rc, out, err) = report(&url, &["--since", "0", "--by", "node", "--json"]);
@@ -124,7 +100,7 @@ async fn capacity_report_numbers() {
 
     // OOMs per node: distinct event ids from the fixture file; scenarios as the attribution API says.
     let mut ids: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-    for line in fixture("oom_events").lines() {
+    for line in sql_fixture("oom_events").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         ids.entry(r["node"].as_str().unwrap().to_owned())
             .or_default()
@@ -193,7 +169,7 @@ async fn capacity_report_numbers() {
     // latest reading; the OOMs of the day before.
     let at: i64 = 1_764_460_890_000;
     let mut latest: BTreeMap<(String, String, u64), (i64, u64)> = BTreeMap::new();
-    for line in fixture("gpu_samples").lines() {
+    for line in sql_fixture("gpu_samples").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         let ts = r["ts_ms"].as_i64().unwrap();
         if ts >= at - 60_000 && ts <= at {
@@ -248,7 +224,7 @@ async fn capacity_report_numbers() {
         let line = at_node.lines().find(|l| l.trim_start().starts_with(&format!("GPU {gpu:<2}"))).unwrap();
         assert!(line.contains(&oomlens_collector::report::human_bytes(Some(*used))), "{line}");
     }
-    let day_events: BTreeSet<(String, u64)> = fixture("oom_events")
+    let day_events: BTreeSet<(String, u64)> = sql_fixture("oom_events")
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| (at - 86_400_000..=at).contains(&r["ts_ms"].as_i64().unwrap()))

@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use common::*;
 use oomlens_collector::capacity::HeadroomRow;
@@ -17,13 +16,6 @@ use oomlens_collector::clickhouse::Ch;
 use oomlens_collector::queries::{self, ParamValue};
 use serde::Deserialize;
 use serde_json::Value;
-
-fn fixture(table: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl")),
-    )
-    .unwrap()
-}
 
 type GpuKey = (String, String, u32, i64, u16);
 /// Sub-buckets (0.1 %) per `used_pct` row of `gpu_minutes`.
@@ -61,15 +53,7 @@ struct ProcessMinute {
 /// ratio and the time range.
 fn expected_gpu_minutes() -> Vec<GpuMinute> {
     let mut by: BTreeMap<GpuKey, ([u64; SUB], BTreeSet<i64>, f64)> = BTreeMap::new();
-    for line in fixture("gpu_samples").lines() {
-        let r: Value = serde_json::from_str(line).unwrap();
-        let (Some(used), Some(total)) = (r["memory_used_bytes"].as_u64(), r["memory_total_bytes"].as_u64())
-        else {
-            continue;
-        };
-        if total == 0 {
-            continue;
-        }
+    for (r, used, total) in fixture_gpu_usage() {
         let ts = r["ts_ms"].as_i64().unwrap();
         let ratio = used as f64 / total as f64;
         let permille = (ratio * 1000.0).floor().min(65_535.0) as u16;
@@ -104,7 +88,7 @@ fn expected_gpu_minutes() -> Vec<GpuMinute> {
 /// the largest (used_bytes, workload, namespace) sample.
 fn expected_process_minutes() -> Vec<ProcessMinute> {
     let mut by: BTreeMap<ProcessKey, (u64, String, String)> = BTreeMap::new();
-    for line in fixture("process_samples").lines() {
+    for line in sql_fixture("process_samples").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         let keys: Vec<&str> =
             r["label_keys"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -165,16 +149,6 @@ async fn process_minutes(ch: &Ch) -> Vec<ProcessMinute> {
         .unwrap()
 }
 
-async fn insert_fixtures(ch: &Ch, tables: &[&str]) {
-    for table in tables {
-        ch.client()
-            .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{}", fixture(table)))
-            .execute()
-            .await
-            .unwrap();
-    }
-}
-
 async fn headroom(ch: &Ch, by: &str) -> Vec<HeadroomRow> {
     let (since, until) = (ParamValue::Int(0), ParamValue::Int(i64::MAX));
     let by = ParamValue::String(by.to_owned());
@@ -226,7 +200,7 @@ async fn rollups_equal_the_raw_samples_and_ignore_resent_rows() {
     let again = ch.migrate().await.unwrap();
     assert!(again.rollups_created.is_empty() && again.backfilled.is_empty(), "idempotent: {again}");
 
-    insert_fixtures(&ch, &["gpu_samples", "process_samples", "agents"]).await;
+    insert_sql_fixtures(&ch, &["gpu_samples", "process_samples", "agents"], 1).await;
     let want_gpu = expected_gpu_minutes();
     let want_proc = expected_process_minutes();
     assert!(want_gpu.len() > 100 && want_proc.len() > 30, "the fixtures exercise the rollups");
@@ -238,9 +212,9 @@ async fn rollups_equal_the_raw_samples_and_ignore_resent_rows() {
 
     // The same batch again (a re-sent batch after a lost acknowledgement): nothing changes,
     // neither before nor after the background merges.
-    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+    insert_sql_fixtures(&ch, &["gpu_samples", "process_samples"], 1).await;
     let raw_rows: u64 = count(ch.client(), "SELECT count() FROM oomlens.gpu_samples").await;
-    let fixture_rows = fixture("gpu_samples").lines().count() as u64;
+    let fixture_rows = sql_fixture("gpu_samples").lines().count() as u64;
     assert_eq!(raw_rows, 2 * fixture_rows, "18.16 keeps the duplicate raw rows");
     assert_eq!(gpu_minutes(&ch).await, want_gpu);
     assert_eq!(process_minutes(&ch).await, want_proc);
@@ -266,7 +240,7 @@ async fn migration_backfills_rows_stored_before_the_views() {
     for t in ["gpu_minutes_mv", "process_minutes_mv", "gpu_minutes", "process_minutes"] {
         ch.execute(&format!("DROP TABLE oomlens.{t}")).await.unwrap();
     }
-    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+    insert_sql_fixtures(&ch, &["gpu_samples", "process_samples"], 1).await;
 
     let upgrade = ch.migrate().await.unwrap();
     assert_eq!(
@@ -283,7 +257,7 @@ async fn migration_backfills_rows_stored_before_the_views() {
 
     // Rows arriving after the upgrade go through the view; a repeated backfill (after an
     // interrupted upgrade) overlaps both and still counts every sample once.
-    insert_fixtures(&ch, &["gpu_samples", "process_samples"]).await;
+    insert_sql_fixtures(&ch, &["gpu_samples", "process_samples"], 1).await;
     let done = ch.backfill_rollups().await.unwrap();
     assert_eq!(done.len(), 2, "{done:?}");
     assert_eq!(gpu_minutes(&ch).await, want_gpu);

@@ -24,14 +24,7 @@ fn fixture_dir() -> std::path::PathBuf {
 }
 
 async fn load(ch: &Ch) {
-    for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
-        let rows = std::fs::read_to_string(fixture_dir().join(format!("{table}.jsonl"))).unwrap();
-        ch.client()
-            .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{rows}"))
-            .execute()
-            .await
-            .unwrap();
-    }
+    insert_sql_fixtures(ch, &FIXTURE_TABLES, 1).await;
     // GPU samples of gpu-node-21 GPU 3 for the two minutes before event 4 (the fixtures have
     // none there): used climbs 100 MiB per second from 40 GiB, capacity 80 GiB; every row twice
     // (a re-sent batch must not change the curve).

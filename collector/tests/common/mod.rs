@@ -35,6 +35,42 @@ pub fn start_clickhouse() -> DevClickHouse {
     DevClickHouse::start().unwrap_or_else(|e| panic!("cannot start ClickHouse: {e}"))
 }
 
+/// The tables of the SQL fixtures (`tests/fixtures/sql/<table>.jsonl`, JSONEachRow).
+pub const FIXTURE_TABLES: [&str; 4] = ["gpu_samples", "process_samples", "oom_events", "agents"];
+
+/// The JSONEachRow rows of one SQL fixture table.
+pub fn sql_fixture(table: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Inserts the SQL fixtures of `tables`, each `times` times (re-sent rows must change nothing).
+pub async fn insert_sql_fixtures(ch: &Ch, tables: &[&str], times: usize) {
+    for table in tables {
+        let rows = sql_fixture(table);
+        for _ in 0..times {
+            ch.client()
+                .query_raw(&format!("INSERT INTO oomlens.{table} FORMAT JSONEachRow\n{rows}"))
+                .execute()
+                .await
+                .unwrap_or_else(|e| panic!("loading {table}: {e}"));
+        }
+    }
+}
+
+/// The fixture GPU samples that have a reading of used and a non-zero total: (row, used, total).
+pub fn fixture_gpu_usage() -> Vec<(serde_json::Value, u64, u64)> {
+    sql_fixture("gpu_samples")
+        .lines()
+        .filter_map(|line| {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let used = r["memory_used_bytes"].as_u64()?;
+            let total = r["memory_total_bytes"].as_u64().filter(|&t| t > 0)?;
+            Some((r, used, total))
+        })
+        .collect()
+}
+
 /// Writer settings for `server` without TTLs: fixtures carry fixed, long-past timestamps that a
 /// retention TTL would drop at the first merge.
 pub fn ch_config_without_ttl(server: &DevClickHouse) -> ChConfig {
