@@ -258,21 +258,37 @@ feature_fields!(
 
 /// The stored neighbours of a row, best first.
 pub fn neighbours_of(r: &OomAttributionRow) -> Vec<RankedNeighbour> {
-    let n = r
-        .neighbour_workloads
-        .len()
-        .min(r.neighbour_pids.len())
-        .min(r.neighbour_used_bytes.len())
-        .min(r.neighbour_growth_bytes.len());
-    (0..n)
-        .map(|i| RankedNeighbour {
-            cluster: r.cluster.clone(),
-            node: r.node.clone(),
-            event_id: r.event_id,
-            workload: r.neighbour_workloads[i].clone(),
-            pid: r.neighbour_pids[i],
-            used_bytes: r.neighbour_used_bytes[i],
-            growth_bytes: r.neighbour_growth_bytes[i],
+    zip_neighbours(
+        (&r.cluster, &r.node, r.event_id),
+        &r.neighbour_workloads,
+        &r.neighbour_pids,
+        &r.neighbour_used_bytes,
+        &r.neighbour_growth_bytes,
+    )
+}
+
+/// One event's neighbours from its parallel columns (as stored and as queried), best first; a
+/// ragged set of columns gives the neighbours all of them describe.
+fn zip_neighbours(
+    (cluster, node, event_id): (&str, &str, u64),
+    workloads: &[String],
+    pids: &[u32],
+    used_bytes: &[u64],
+    growth_bytes: &[i64],
+) -> Vec<RankedNeighbour> {
+    workloads
+        .iter()
+        .zip(pids)
+        .zip(used_bytes)
+        .zip(growth_bytes)
+        .map(|(((workload, &pid), &used_bytes), &growth_bytes)| RankedNeighbour {
+            cluster: cluster.to_owned(),
+            node: node.to_owned(),
+            event_id,
+            workload: workload.clone(),
+            pid,
+            used_bytes,
+            growth_bytes,
         })
         .collect()
 }
@@ -818,23 +834,13 @@ fn scenario_row(f: &OomFeatures) -> EventScenario {
 }
 
 fn answer_neighbours(a: &StoredAnswer) -> Vec<RankedNeighbour> {
-    let n = a
-        .neighbour_workloads
-        .len()
-        .min(a.neighbour_pids.len())
-        .min(a.neighbour_used_bytes.len())
-        .min(a.neighbour_growth_bytes.len());
-    (0..n)
-        .map(|i| RankedNeighbour {
-            cluster: a.cluster.clone(),
-            node: a.node.clone(),
-            event_id: a.event_id,
-            workload: a.neighbour_workloads[i].clone(),
-            pid: a.neighbour_pids[i],
-            used_bytes: a.neighbour_used_bytes[i],
-            growth_bytes: a.neighbour_growth_bytes[i],
-        })
-        .collect()
+    zip_neighbours(
+        (&a.cluster, &a.node, a.event_id),
+        &a.neighbour_workloads,
+        &a.neighbour_pids,
+        &a.neighbour_used_bytes,
+        &a.neighbour_growth_bytes,
+    )
 }
 
 /// The periodic attributor's settings (`[attribution]` of the collector configuration).
