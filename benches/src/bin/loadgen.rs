@@ -403,13 +403,16 @@ impl CollectorProcess {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// A gauge or counter from `/metrics` (first sample of that name).
-    fn metric(&self, name: &str) -> Option<f64> {
-        let (_, body) = http_get(self.metrics, "/metrics")?;
-        body.lines().find_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            let rest = rest.strip_prefix(' ').or_else(|| rest.strip_prefix("{}").map(str::trim_start))?;
-            rest.split_whitespace().next()?.parse().ok()
+    /// Gauges or counters from one scrape of `/metrics` (the first sample of each name; `None`
+    /// for a name it lacks, all `None` when the scrape fails).
+    fn metrics<const N: usize>(&self, names: [&str; N]) -> [Option<f64>; N] {
+        let Some((_, body)) = http_get(self.metrics, "/metrics") else { return [None; N] };
+        names.map(|name| {
+            body.lines().find_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                let rest = rest.strip_prefix(' ').or_else(|| rest.strip_prefix("{}").map(str::trim_start))?;
+                rest.split_whitespace().next()?.parse().ok()
+            })
         })
     }
 
@@ -562,11 +565,11 @@ async fn drive(
         )
     };
     let writer_snap = || {
-        (
-            collector.metric("oomlens_collector_insert_flushes_total"),
-            collector.metric("oomlens_collector_insert_latency_microseconds_sum_total"),
-            collector.metric("oomlens_collector_insert_latency_count_total"),
-        )
+        collector.metrics([
+            "oomlens_collector_insert_flushes_total",
+            "oomlens_collector_insert_latency_microseconds_sum_total",
+            "oomlens_collector_insert_latency_count_total",
+        ])
     };
     let writer_before = writer_snap();
     let before = snap(&shared);
@@ -582,14 +585,14 @@ async fn drive(
         pb.set_position(s);
         pb.set_message(format!("{:.0} rows/s, {} sessions open", rate, shared.open.load(Ordering::Relaxed)));
     }
-    let collector_connected = collector.metric("oomlens_collector_connected_agents");
+    let [collector_connected] = collector.metrics(["oomlens_collector_connected_agents"]);
     let sessions_held = shared.open.load(Ordering::Relaxed);
     let after = snap(&shared);
     let measured = started.elapsed().as_secs_f64();
     let writer_after = writer_snap();
-    let flushes_per_s = writer_before.0.zip(writer_after.0).map(|(a, b)| (b - a) / measured);
+    let flushes_per_s = writer_before[0].zip(writer_after[0]).map(|(a, b)| (b - a) / measured);
     let insert_ms_mean = match (writer_before, writer_after) {
-        ((_, Some(sum0), Some(n0)), (_, Some(sum1), Some(n1))) if n1 > n0 => {
+        ([_, Some(sum0), Some(n0)], [_, Some(sum1), Some(n1)]) if n1 > n0 => {
             Some((sum1 - sum0) / (n1 - n0) / 1000.0)
         }
         _ => None,
