@@ -217,7 +217,10 @@ class Invariants(unittest.TestCase):
                 self.assertFalse(sc["allowPrivilegeEscalation"])
                 self.assertTrue(sc["readOnlyRootFilesystem"])
                 self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
-        self.assertFalse(self.agent["securityContext"]["privileged"])
+        # Privileged by default: the only way a container can open /dev/kmsg (Xid errors, host OOM
+        # kills); values.yaml says so and `agent.privileged: false` is the hardened opt-out.
+        self.assertIs(self.agent["securityContext"]["privileged"], lookup(values(), "agent.privileged"))
+        self.assertTrue(self.agent["securityContext"]["privileged"])
         self.assertEqual(self.agent["securityContext"]["capabilities"].get("add"), ["SYSLOG"])
 
     def test_collector_service_pdb_and_tls(self):
