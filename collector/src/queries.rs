@@ -54,6 +54,7 @@ builtin![
     "top_processes",
     "attribution_pending",
     "attribution_breakdown",
+    "attribution_timeline",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -33,7 +33,7 @@ OUT = HERE / "oomlens-dashboard.json"
 DB = "oomlens"
 DS = {"type": "grafana-clickhouse-datasource", "uid": "${datasource}"}
 FORMAT_TIMESERIES, FORMAT_TABLE = 0, 1
-WINDOW_MS = 120000  # attribution look-back before each OOM (docs/attribution.md)
+WINDOW_MS = 60000  # attribution look-back before each OOM: features::DEFAULT_WINDOW_MS, as the CLI and the stored rows
 
 # Parameter name -> Grafana expression. A query's parameters must all be here (or in the panel's own
 # `bind`), so a new parameter in a shipped query fails the build instead of rendering a bad panel.
@@ -46,6 +46,8 @@ BIND = {
     "gpus_until_ms": "${__to}",
     "nodes_since_ms": "${__from}",
     "nodes_until_ms": "${__to}",
+    "processes_since_ms": "${__from}",
+    "processes_until_ms": "${__to}",
     "window_ms": str(WINDOW_MS),
     "top_n": "5",
     "bucket_ms": "${__interval_ms}",
@@ -150,19 +152,22 @@ panel(
 )
 panel(
     "timeseries", "OOMs by scenario",
-    "OOM events per attributed scenario and interval: the rule set of docs/attribution.md "
-    "(collector/sql/oom_attribution.sql) over the events of the range.",
+    "OOM events per attributed scenario and interval, from the stored attributions: the collector "
+    "attributes each OOM with the rule set of docs/attribution.md once it has settled (~2 min), so "
+    "this stays fast over weeks; the latest minutes are not counted yet "
+    "(collector/sql/attribution_timeline.sql).",
     (0, 7, 12, 8),
-    wrap("SELECT toDateTime(intDiv(intDiv(ts_ms, ${__interval_ms}) * ${__interval_ms}, 1000)) AS time, scenario, count() AS ooms\n"
-         "FROM ({query})\nGROUP BY time, scenario\nORDER BY time, scenario",
-         query_sql("collector", "oom_attribution")), FORMAT_TIMESERIES,
+    wrap(f"SELECT {TIME_OF.format(col='bucket_start_ms')}, scenario, events AS ooms\n"
+         "FROM ({query})\nORDER BY time, scenario",
+         query_sql("collector", "attribution_timeline", {"bucket_ms": "${__interval_ms}"})), FORMAT_TIMESERIES,
     defaults={"custom": {"drawStyle": "bars", "stacking": {"mode": "normal"}, "fillOpacity": 80}, "unit": "short"},
     interval="1m",
 )
 panel(
     "table", "Top noisy neighbours",
-    "Workloads that took GPU memory next to a failing process in the 120 s before its OOM, by "
-    "the number of OOMs they were ranked in and the memory they took (collector/sql/oom_neighbours.sql, top 5 per OOM).",
+    "Workloads that took GPU memory next to a failing process in the 60 s before its OOM, by "
+    "the number of OOMs they were ranked in and the memory they took (collector/sql/oom_neighbours.sql, top 5 per OOM; "
+    "computed from the samples of the range: keep the range to days).",
     (12, 7, 12, 8),
     wrap("SELECT neighbour_workload, uniqExact(cluster, node, event_id) AS ooms, max(growth_bytes) AS max_growth_bytes,\n"
          "    max(max_used_bytes) AS max_used_bytes, uniqExact(cluster, node) AS nodes\n"
@@ -174,7 +179,8 @@ panel(
 panel(
     "table", "OOM attribution",
     "Every OOM of the range with its scenario, the rule that fired, confidence and missing data "
-    "(collector/sql/oom_attribution.sql), newest first.",
+    "(collector/sql/oom_attribution.sql, computed from the samples of the range, including the "
+    "minutes not stored yet), newest first.",
     (0, 15, 24, 8),
     wrap("SELECT toDateTime(intDiv(ts_ms, 1000)) AS time, cluster, node, gpu_index, pid, workload, kind, scenario, rule,\n"
          "    confidence_pct, missing\nFROM ({query})\nORDER BY ts_ms DESC, cluster, node, event_id\nLIMIT 500",
@@ -212,12 +218,21 @@ panel(
 )
 # ------------------------------------------------------------------------------------- capacity
 row("Capacity", 39)
+HEADROOM_COLUMNS = (
+    "SELECT group_key AS {what}, gpus, round(samples / 3600, 1) AS gpu_hours,\n"
+    "    round(100 * used_quantiles[1], 1) AS p50_used_pct, round(100 * used_quantiles[2], 1) AS p95_used_pct,\n"
+    "    round(100 * used_quantiles[3], 1) AS p99_used_pct, round(100 * used_max, 1) AS max_used_pct,\n"
+    "    if(samples = 0, 0, round(100 * samples_above_90 / samples, 1)) AS time_above_90_pct\n"
+    "FROM ({{query}})\nORDER BY {order}\nLIMIT {limit}"
+)
 panel(
     "table", "Capacity per cluster",
-    "GPUs, memory, how many GPUs peaked at 90 % / 99 %, median and p95 of the per-GPU peak, share of "
-    "readings at 90 % or more (deploy/grafana/sql/capacity_peaks.sql).",
+    "The capacity report's headroom (oomlens report capacity --by cluster): GPUs, GPU hours sampled, "
+    "p50/p95/p99 and max of used/total, share of the time at 90 % or more "
+    "(collector/sql/capacity_headroom.sql on the per-minute rollups).",
     (0, 40, 16, 7),
-    query_sql("dashboard", "capacity_peaks"), FORMAT_TABLE,
+    wrap(HEADROOM_COLUMNS.format(what="cluster", order="cluster", limit=100),
+         query_sql("collector", "capacity_headroom", {"by": "'cluster'", "processes_by": "'cluster'"})), FORMAT_TABLE,
 )
 panel(
     "barchart", "OOMs per kind and ground truth",
@@ -238,6 +253,16 @@ panel(
          "FROM ({query})\nORDER BY events DESC, what",
          query_sql("collector", "attribution_breakdown")), FORMAT_TABLE,
     options={"orientation": "horizontal", "xField": "what"},
+)
+
+panel(
+    "table", "Workloads closest to the edge",
+    "The capacity report by workload (oomlens report capacity --by workload): a GPU second belongs "
+    "to the workload holding the most memory on that GPU in its minute; highest p99 of used/total "
+    "first (collector/sql/capacity_headroom.sql on the per-minute rollups).",
+    (0, 54, 24, 8),
+    wrap(HEADROOM_COLUMNS.format(what="workload", order="p99_used_pct DESC, max_used_pct DESC, workload", limit=20),
+         query_sql("collector", "capacity_headroom", {"by": "'workload'", "processes_by": "'workload'"})), FORMAT_TABLE,
 )
 
 # ------------------------------------------------------------------------- variables, annotations
