@@ -1,8 +1,9 @@
 //! Merging and de-duplication of OOM events from several detectors.
 //!
-//! Every event that names a pid is held for a grace window (`merge_grace_ms`, measured in source
-//! time: the caller passes the latest source timestamp). While held, another event for the same
-//! pid (and the same GPU when both know it) is folded into it, so ONE event goes out:
+//! Every event that names a pid (and every pid-less report that may pair with a suspected OOM,
+//! see below) is held for a grace window (`merge_grace_ms`, measured in source time: the caller
+//! passes the latest source timestamp). While held, another event for the same pid (and the same
+//! GPU when both know it) is folded into it, so ONE event goes out:
 //!
 //! * **suspected + detailed** — a `suspected_oom` (NVML) and a log / hook / simulator / kernel
 //!   event: the detailed event wins, the suspected one fills its missing fields (GPU, capacity,
@@ -14,8 +15,25 @@
 //! * **duplicate** — same kind, same source, same message and requested size (the same log line
 //!   seen twice, a suspected OOM reported twice): the second is dropped.
 //!
-//! Everything else is held separately. Events without a pid are never held. At most
-//! `max_held` events are held; beyond that the oldest goes out at once.
+//! * **suspected + pid-less report** — most framework messages (PyTorch's among them) print no
+//!   pid. A log or hook `cuda_oom` without a pid but with a GPU index pairs with a held
+//!   `suspected_oom` of the **same GPU** whose timestamp is within the grace window of its own, in
+//!   either arrival order: the report keeps its numbers and message and gains the pid (and
+//!   workload labels, process memory, other processes …) of the suspected one, label
+//!   `merged.from=suspected_oom`. When several candidates match, the nearest in time is taken
+//!   (the older on a tie), decided when the second of the pair arrives; an event is paired at most
+//!   once (a suspected OOM folded into a report is gone from the hold, a report that gained a
+//!   pid is no longer pid-less). A pid naming the same process always wins over this pairing. A
+//!   pid-less report **without** a GPU index is never paired: on a multi-GPU node nothing ties
+//!   it to one vanished process, and a wrong pid is worse than a second row; it goes out at once.
+//!   Caveat: the GPU index in a message is the process's CUDA ordinal, which equals the NVML
+//!   index only when `CUDA_VISIBLE_DEVICES` does not renumber the GPUs (in a container that sees
+//!   one GPU, the message says `GPU 0` whatever the NVML index) — then the two rows stay apart.
+//!
+//! Everything else is held separately. Events without a pid are held only when they can pair as
+//! above (pid-less log / hook `cuda_oom` with a GPU index); other pid-less events (Xid, …) and
+//! pid-less reports are never merged with each other (two ranks may print the same message). At
+//! most `max_held` events are held; beyond that the oldest goes out at once.
 //!
 //! [`EventStage`] is what the batcher runs: vanish detection on the samples, then the merger.
 //! With a disk spool it also writes every event to the pending-events journal
@@ -146,13 +164,12 @@ impl EventMerger {
     }
 
     fn hold(&mut self, event: OomEvent, keys: Vec<u64>, deadline: i64, out: &mut Vec<Released>) {
-        if event.pid.is_none() || self.grace_ms <= 0 {
+        if (event.pid.is_none() && !pidless_report(&event)) || self.grace_ms <= 0 {
             out.push(Released { event, keys });
             return;
         }
-        if let Some((i, rule)) =
-            self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(&h.event, &event)?)))
-        {
+        let by_pid = self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(&h.event, &event)?)));
+        if let Some((i, rule)) = by_pid.or_else(|| self.pair_by_gpu(&event).map(|i| (i, Rule::Suspected))) {
             let held = &mut self.held[i];
             held.keys.extend(keys);
             match rule {
@@ -175,6 +192,27 @@ impl EventMerger {
             out.push(Released { event: old.event, keys: old.keys });
         }
         self.held.push_back(Held { event, deadline, keys });
+    }
+
+    /// The held event a pid-less report and a suspected OOM of the same GPU pair with (see the
+    /// module docs): the nearest in time within the grace window, the older on a tie.
+    fn pair_by_gpu(&self, new: &OomEvent) -> Option<usize> {
+        let gpu = new.gpu_index?;
+        let fits: fn(&OomEvent) -> bool = if new.kind == OomKind::SuspectedOom && new.pid.is_some() {
+            |h| pidless_report(h) && !has_merged(h, OomKind::SuspectedOom.as_str())
+        } else if pidless_report(new) {
+            |h| h.kind == OomKind::SuspectedOom && h.pid.is_some()
+        } else {
+            return None;
+        };
+        self.held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.event.gpu_index == Some(gpu) && fits(&h.event))
+            .map(|(i, h)| (h.event.ts_ms.abs_diff(new.ts_ms), i))
+            .filter(|(dt, _)| *dt <= self.grace_ms.unsigned_abs())
+            .min()
+            .map(|(_, i)| i)
     }
 
     /// Releases the held events whose grace has passed at `now_ms`, oldest first.
@@ -215,7 +253,7 @@ impl EventMerger {
 
 /// How `new` relates to the held event `held`, if they describe the same failure.
 fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
-    if held.pid != new.pid {
+    if held.pid.is_none() || held.pid != new.pid {
         return None;
     }
     if let (Some(a), Some(b)) = (held.gpu_index, new.gpu_index)
@@ -253,6 +291,15 @@ fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
             }
         }
     }
+}
+
+/// A log or hook `cuda_oom` without a pid but with a GPU index: it may pair with a suspected OOM
+/// of that GPU ([`EventMerger::pair_by_gpu`]).
+fn pidless_report(e: &OomEvent) -> bool {
+    e.pid.is_none()
+        && e.gpu_index.is_some()
+        && e.kind == OomKind::CudaOom
+        && matches!(e.source, EventSource::Log | EventSource::Hook)
 }
 
 fn has_merged(e: &OomEvent, what: &str) -> bool {
@@ -854,6 +901,142 @@ mod tests {
         assert_eq!(label(&out[0].event, MERGED_LABEL), Some("suspected_oom"));
         assert!(m.poll_keyed(59_999).is_empty());
         assert_eq!(m.poll_keyed(60_000)[0].keys, vec![2]);
+    }
+
+    /// A PyTorch report without a pid (the usual case), on `gpu`, at `ts_ms`.
+    fn pidless(gpu: Option<u32>, ts_ms: i64) -> OomEvent {
+        OomEvent { pid: None, ts_ms, ..log(0, gpu) }
+    }
+
+    #[test]
+    fn pidless_log_then_suspected_on_the_same_gpu_is_one_event_with_the_pid() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push(pidless(Some(0), 1500), 1500).is_empty(), "a pairable pid-less report is held");
+        assert!(m.push(suspected(7, 0), 3000).is_empty());
+        assert_eq!(m.held(), 1);
+        assert!(m.poll(11_499).is_empty());
+        let out = m.poll(11_500);
+        assert_eq!(out.len(), 1);
+        let e = &out[0];
+        assert_eq!((e.kind, e.source, e.event_id, e.ts_ms), (OomKind::CudaOom, EventSource::Log, 2, 1500));
+        assert_eq!(e.pid, Some(7), "gains the pid of the vanished process");
+        assert_eq!(
+            (e.requested_bytes, e.capacity_bytes),
+            (Some(2 * GIB), Some(79 * GIB)),
+            "the message's numbers"
+        );
+        assert_eq!(
+            (e.free_bytes, e.process_used_bytes),
+            (Some(GIB), Some(60 * GIB)),
+            "NVML's numbers fill the gaps"
+        );
+        assert_eq!(e.other_processes.len(), 1);
+        assert_eq!(label(e, "k8s.pod"), Some("trainer-0"));
+        assert_eq!(label(e, MERGED_LABEL), Some("suspected_oom"));
+        assert!(e.raw_message.starts_with("torch.OutOfMemoryError"));
+        assert_eq!(m.stats().suspected, 1);
+    }
+
+    #[test]
+    fn suspected_then_pidless_log_on_the_same_gpu_is_one_event_with_the_pid() {
+        let mut m = EventMerger::new(10_000);
+        assert!(m.push(suspected(7, 2), 1000).is_empty());
+        assert!(m.push(pidless(Some(2), 1500), 1500).is_empty());
+        let out = m.poll(11_000);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].source, out[0].pid, out[0].gpu_index), (EventSource::Log, Some(7), Some(2)));
+        assert_eq!(out[0].requested_bytes, Some(2 * GIB));
+        assert_eq!(label(&out[0], MERGED_LABEL), Some("suspected_oom"));
+        // The same suspected OOM reported again is a duplicate of the merged event.
+        m.push(pidless(Some(2), 20_000), 20_000);
+        m.push(OomEvent { ts_ms: 20_000, ..suspected(7, 2) }, 20_000);
+        m.push(OomEvent { ts_ms: 20_000, ..suspected(7, 2) }, 20_001);
+        assert_eq!(m.drain().len(), 1);
+        assert_eq!(m.stats().duplicates, 1);
+    }
+
+    #[test]
+    fn pidless_log_and_suspected_on_other_gpus_or_outside_the_window_stay_apart() {
+        // Other GPU, both orders.
+        for log_first in [true, false] {
+            let mut m = EventMerger::new(10_000);
+            let (a, b) = (pidless(Some(1), 1000), suspected(7, 0));
+            if log_first {
+                m.push(a, 1000);
+                m.push(b, 1000);
+            } else {
+                m.push(b, 1000);
+                m.push(a, 1000);
+            }
+            let out = m.drain();
+            assert_eq!(out.len(), 2, "log_first={log_first}");
+            assert!(out.iter().all(|e| label(e, MERGED_LABEL).is_none()));
+        }
+        // The suspected one's grace has passed before the report arrives: released on its own.
+        let mut m = EventMerger::new(10_000);
+        m.push(suspected(7, 0), 1000);
+        let out = m.push(pidless(Some(0), 11_000), 11_000);
+        assert_eq!((out.len(), out[0].kind), (1, OomKind::SuspectedOom));
+        assert_eq!(m.drain()[0].pid, None);
+        // Held (a restored event, say) but more than the grace apart in source time.
+        let mut m = EventMerger::new(10_000);
+        m.restore(OomEvent { ts_ms: 50_000, ..suspected(7, 0) }, Vec::new());
+        m.push(pidless(Some(0), 30_000), 30_000);
+        assert_eq!(m.drain().len(), 2);
+        assert_eq!(m.stats(), MergeStats::default());
+    }
+
+    #[test]
+    fn a_pidless_report_without_a_gpu_is_never_paired_and_not_held() {
+        let mut m = EventMerger::new(10_000);
+        m.push(suspected(7, 0), 1000);
+        let out = m.push(pidless(None, 1500), 1500);
+        assert_eq!((out.len(), out[0].pid), (1, None), "passes straight through");
+        // Pid-less reports are not merged with each other: two ranks may print the same message.
+        m.push(pidless(Some(1), 1600), 1600);
+        m.push(pidless(Some(1), 1600), 1600);
+        assert_eq!(m.drain().len(), 3);
+        // Pid-less events of other kinds or sources are not held either.
+        let kmsg = OomEvent { source: EventSource::Kmsg, ..pidless(Some(0), 0) };
+        assert_eq!(m.push(kmsg, 0).len(), 1);
+    }
+
+    #[test]
+    fn pidless_pairing_takes_the_nearest_and_never_pairs_an_event_twice() {
+        let mut m = EventMerger::new(10_000);
+        m.push(OomEvent { ts_ms: 1000, ..suspected(7, 0) }, 1000);
+        m.push(OomEvent { ts_ms: 4000, ..suspected(8, 0) }, 4000);
+        // Nearer to pid 8's (1000 ms) than to pid 7's (2000 ms).
+        m.push(pidless(Some(0), 3000), 4000);
+        // Next report: pid 8 is taken, pid 7 is left.
+        m.push(OomEvent { requested_bytes: Some(GIB), ..pidless(Some(0), 3900) }, 4000);
+        // A third report finds nothing left to pair with.
+        m.push(OomEvent { requested_bytes: Some(3 * GIB), ..pidless(Some(0), 3950) }, 4000);
+        let out = m.drain();
+        assert!(out.iter().all(|e| e.kind == OomKind::CudaOom));
+        let mut got: Vec<_> = out.iter().map(|e| (e.requested_bytes.map(|b| b / GIB), e.pid)).collect();
+        got.sort();
+        assert_eq!(got, vec![(Some(1), Some(7)), (Some(2), Some(8)), (Some(3), None)]);
+        assert_eq!(m.stats().suspected, 2);
+        // Equally near to two suspected OOMs: the older one.
+        let mut m = EventMerger::new(10_000);
+        m.push(OomEvent { ts_ms: 1000, ..suspected(7, 0) }, 1000);
+        m.push(OomEvent { ts_ms: 3000, ..suspected(8, 0) }, 3000);
+        m.push(pidless(Some(0), 2000), 3000);
+        let pids: Vec<_> = m.drain().iter().filter(|e| e.kind == OomKind::CudaOom).map(|e| e.pid).collect();
+        assert_eq!(pids, vec![Some(7)]);
+    }
+
+    #[test]
+    fn a_pid_match_wins_over_gpu_pairing() {
+        let mut m = EventMerger::new(10_000);
+        m.push(pidless(Some(0), 1000), 1000);
+        m.push(log(7, Some(0)), 1000);
+        m.push(suspected(7, 0), 1000);
+        let out = m.drain();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.iter().filter(|e| e.pid == Some(7)).count(), 1);
+        assert_eq!(out.iter().filter(|e| e.pid.is_none()).count(), 1);
     }
 
     fn reading(ts_ms: i64, events: Vec<OomEvent>) -> Reading {
