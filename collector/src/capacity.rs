@@ -159,6 +159,8 @@ pub struct Group {
     pub ooms_by_scenario: BTreeMap<String, u64>,
     /// OOMs per GPU-day sampled (None without samples).
     pub ooms_per_gpu_day: Option<f64>,
+    /// OOMs per GPU-day sampled, per attributed scenario (empty without samples).
+    pub ooms_per_gpu_day_by_scenario: BTreeMap<String, f64>,
 }
 
 /// A workload near the edge.
@@ -325,6 +327,7 @@ pub async fn build(
                     ooms: 0,
                     ooms_by_scenario: BTreeMap::new(),
                     ooms_per_gpu_day: (days > 0.0).then_some(days),
+                    ooms_per_gpu_day_by_scenario: BTreeMap::new(),
                 },
             )
         })
@@ -348,6 +351,7 @@ pub async fn build(
             ooms: 0,
             ooms_by_scenario: BTreeMap::new(),
             ooms_per_gpu_day: None,
+            ooms_per_gpu_day_by_scenario: BTreeMap::new(),
         });
         g.ooms += 1;
         *g.ooms_by_scenario.entry(scenario.to_owned()).or_default() += 1;
@@ -356,7 +360,11 @@ pub async fn build(
         .into_values()
         .map(|mut g| {
             // `ooms_per_gpu_day` held the GPU-days until now.
-            g.ooms_per_gpu_day = g.ooms_per_gpu_day.map(|days| g.ooms as f64 / days);
+            if let Some(days) = g.ooms_per_gpu_day {
+                g.ooms_per_gpu_day = Some(g.ooms as f64 / days);
+                g.ooms_per_gpu_day_by_scenario =
+                    g.ooms_by_scenario.iter().map(|(s, n)| (s.clone(), *n as f64 / days)).collect();
+            }
             g
         })
         .collect();
@@ -477,7 +485,7 @@ impl CapacityReport {
                 pct(g.above_90_share),
                 g.ooms,
                 g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
-                scenario_list(&g.ooms_by_scenario)
+                scenario_rate_list(&g.ooms_by_scenario, &g.ooms_per_gpu_day_by_scenario)
             )?;
         }
         writeln!(out)?;
@@ -534,11 +542,11 @@ impl CapacityReport {
         page.push_str(&self.headroom_svg());
         page.push_str("<h2>OOMs per scenario</h2>");
         page.push_str(&self.ooms_svg());
-        page.push_str("<h2>Groups</h2><table><tr><th>group</th><th>GPUs</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>&ge;90 %</th><th>OOMs</th><th>per GPU-day</th></tr>");
+        page.push_str("<h2>Groups</h2><table><tr><th>group</th><th>GPUs</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>&ge;90 %</th><th>OOMs</th><th>per GPU-day</th><th>by scenario</th></tr>");
         for g in &self.groups {
             let _ = write!(
                 page,
-                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 html_escape(label(&g.key)),
                 g.gpus,
                 pct(g.p50),
@@ -547,7 +555,8 @@ impl CapacityReport {
                 pct(g.max),
                 pct(g.above_90_share),
                 g.ooms,
-                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"))
+                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
+                html_escape(&scenario_rate_list(&g.ooms_by_scenario, &g.ooms_per_gpu_day_by_scenario))
             );
         }
         page.push_str("</table>\n<h2>Closest to the edge</h2><ul>");
@@ -673,6 +682,22 @@ fn scenario_list(m: &BTreeMap<String, u64>) -> String {
     v.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
 }
 
+/// [`scenario_list`] with each scenario's OOMs per GPU-day where known: `static 5 (0.210/GPU-day)`.
+fn scenario_rate_list(counts: &BTreeMap<String, u64>, rates: &BTreeMap<String, f64>) -> String {
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    let mut v: Vec<(&String, &u64)> = counts.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| match rates.get(*k) {
+            Some(r) => format!("{k} {n} ({r:.3}/GPU-day)"),
+            None => format!("{k} {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
@@ -702,5 +727,8 @@ mod tests {
         let m: BTreeMap<String, u64> = [("batch".to_owned(), 2), ("static".to_owned(), 5)].into();
         assert_eq!(scenario_list(&m), "static 5, batch 2");
         assert_eq!(scenario_list(&BTreeMap::new()), "none");
+        let rates: BTreeMap<String, f64> = [("static".to_owned(), 0.25)].into();
+        assert_eq!(scenario_rate_list(&m, &rates), "static 5 (0.250/GPU-day), batch 2");
+        assert_eq!(scenario_rate_list(&BTreeMap::new(), &rates), "none");
     }
 }

@@ -123,6 +123,17 @@ async fn capacity_report_numbers() {
         assert_eq!(by, want, "{node}");
         if let Some(rate) = g["ooms_per_gpu_day"].as_f64() {
             assert!(rate > 0.0);
+            // Per scenario: the same GPU-days, so the rates are proportional to the counts and
+            // add up to the group's rate.
+            let rates: BTreeMap<String, f64> =
+                serde_json::from_value(g["ooms_per_gpu_day_by_scenario"].clone()).unwrap();
+            assert_eq!(rates.keys().collect::<Vec<_>>(), by.keys().collect::<Vec<_>>(), "{node}");
+            let sum: f64 = rates.values().sum();
+            assert!((sum - rate).abs() <= 1e-9 * rate.max(1.0), "{node}: {sum} vs {rate}");
+            for (scenario, r) in &rates {
+                let expected = rate * by[scenario] as f64 / set.len() as f64;
+                assert!((r - expected).abs() <= 1e-9 * expected.max(1.0), "{node} {scenario}");
+            }
         }
     }
     // The hand-made contention case: pod-60004 grew 34 GiB before attr-case-4 failed.
@@ -151,6 +162,21 @@ async fn capacity_report_numbers() {
         doc["groups"].as_array().unwrap().iter().any(|g| g["key"].as_str().unwrap().contains("H100")),
         "{doc}"
     );
+
+    // By namespace and by workload (the process rollup join): every sampled GPU second in exactly
+    // one group, every OOM in the group of its own label, the fixture's "ml" namespace present.
+    for (by, expect_key) in [("namespace", "ml"), ("workload", "多模态-训练")] {
+        let (rc, out, err) = report(&url, &["--since", "0", "--by", by, "--json"]);
+        assert_eq!(rc, 0, "{by}: {err}");
+        let doc: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(doc["by"], by);
+        let groups = doc["groups"].as_array().unwrap();
+        let samples: u64 = groups.iter().map(|g| g["samples"].as_u64().unwrap()).sum();
+        assert_eq!(samples, all as u64, "{by}: every sample in exactly one group");
+        let ooms: u64 = groups.iter().map(|g| g["ooms"].as_u64().unwrap()).sum();
+        assert_eq!(ooms, total as u64, "{by}: every OOM in exactly one group");
+        assert!(groups.iter().any(|g| g["key"] == expect_key), "{by}: {doc}");
+    }
 
     // Text and HTML.
     let dir = tempfile::tempdir().unwrap();
