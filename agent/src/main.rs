@@ -41,7 +41,8 @@ enum Command {
     NvmlSmoke,
     /// Serve only the hook socket (debugging, protocol tests); print each accepted event as JSON.
     HookListen(HookListenArgs),
-    /// Find OOM messages in job logs (files, or stdin when none) and print them.
+    /// Find OOM messages in job logs and kernel logs (Xid, OOM-killer kills; files, or stdin when
+    /// none) and print them.
     Parse(ParseArgs),
 }
 

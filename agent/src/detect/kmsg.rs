@@ -8,6 +8,9 @@
 //!   and the old two-line `Kill process … / Killed process …` form) → `host_oom_kill` with
 //!   `host_rss_bytes` = anon + file + shmem RSS; the preceding `oom-kill:constraint=…,task_memcg=…`
 //!   line adds the victim's cgroup as a label.
+//! * [`kernel_message`] finds the kernel message in a line of kernel log *output* (dmesg,
+//!   `dmesg -T`, `journalctl -k`, syslog, `/dev/kmsg` records), so `oomlens-agent parse` runs the
+//!   same [`KmsgParser`] over saved kernel logs.
 //! * [`KmsgReader`] reads records without blocking (`O_NONBLOCK`), starting at the end of the log
 //!   (records from before the agent started are skipped), and survives `EPIPE` (the ring buffer
 //!   overwrote unread records: counted, reading goes on). Any path can be read, so tests use
@@ -58,6 +61,50 @@ pub fn parse_record(line: &str) -> Option<KmsgRecord<'_>> {
     let seq = fields.next()?.parse().ok()?;
     let ts_us = fields.next()?.parse().ok()?;
     Some(KmsgRecord { priority, seq, ts_us, message })
+}
+
+/// The kernel message in one line of kernel log output, whatever printed it: strips (repeatedly,
+/// in any order) a `/dev/kmsg` record header (`4,123,456,-;`), a syslog priority (`<4>`), a
+/// dmesg time in brackets (`[ 1234.567890]`, `dmesg -T`'s `[Wed May  1 12:00:00 2024]`) and a
+/// journal / syslog prefix up to `kernel: ` (`May 01 12:00:00 host kernel: `). A line without
+/// such a prefix is returned as it is (trimmed).
+pub fn kernel_message(line: &str) -> &str {
+    let mut s = line.trim_matches(['\n', '\r']).trim_start();
+    for _ in 0..4 {
+        let before = s.len();
+        if let Some(r) = parse_record(s) {
+            s = r.message;
+        }
+        if let Some(rest) = s.strip_prefix('<')
+            && let Some((n, r)) = rest.split_once('>')
+            && (1..=3).contains(&n.len())
+            && n.bytes().all(|b| b.is_ascii_digit())
+        {
+            s = r;
+        }
+        if let Some(rest) = s.strip_prefix('[')
+            && let Some(end) = rest.find(']')
+            && end <= 40
+            && rest[..end].contains(['.', ':'])
+            && rest[..end].bytes().all(|b| b.is_ascii_alphanumeric() || b" .:+-".contains(&b))
+        {
+            s = &rest[end + 1..];
+        }
+        // `… host kernel: message` — only in a short prefix without brackets (a job's own text
+        // mentioning "kernel: " further on is left alone).
+        if let Some(i) = s.find("kernel: ")
+            && i <= 120
+            && (i == 0 || s.as_bytes()[i - 1] == b' ')
+            && !s[..i].contains(['[', '(', ';'])
+        {
+            s = &s[i + "kernel: ".len()..];
+        }
+        s = s.trim_start();
+        if s.len() == before {
+            break;
+        }
+    }
+    s
 }
 
 /// Turns kernel messages into events (without `event_id` and `ts_ms`, which the reader sets).
@@ -484,6 +531,37 @@ mod tests {
 
     fn label<'a>(e: &'a OomEvent, key: &str) -> Option<&'a str> {
         e.labels.iter().find(|l| l.key == key).map(|l| l.value.as_str())
+    }
+
+    #[test]
+    fn kernel_messages_are_found_behind_every_tool_prefix() {
+        let msg = "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python";
+        for line in [
+            msg.to_owned(),
+            format!("[ 1234.567890] {msg}"),
+            format!("[Wed May  1 12:00:00 2024] {msg}"),
+            format!("<4>[ 1234.567890] {msg}"),
+            format!("<4>{msg}"),
+            format!("4,123,456,-;{msg}"),
+            format!("May 01 12:00:00 gpu-node-1 kernel: {msg}"),
+            format!("2024-05-01T12:00:00.123456+00:00 gpu-node-1 kernel: {msg}\r\n"),
+            format!("[ 1234.567890] gpu-node-1 kernel: {msg}"),
+        ] {
+            assert_eq!(kernel_message(&line), msg, "{line:?}");
+        }
+        // Not a prefix: left alone.
+        assert_eq!(
+            kernel_message("[rank0]: RuntimeError: x (kernel: y)"),
+            "[rank0]: RuntimeError: x (kernel: y)"
+        );
+        // The parser then sees exactly what /dev/kmsg would have given it.
+        let mut p = KmsgParser::default();
+        let e = p
+            .parse_message(kernel_message(
+                "[ 9.1] Memory cgroup out of memory: Killed process 7 (python) total-vm:10kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB",
+            ))
+            .unwrap();
+        assert_eq!((e.kind, e.pid, label(&e, "oom.scope")), (OomKind::HostOomKill, Some(7), Some("cgroup")));
     }
 
     #[test]

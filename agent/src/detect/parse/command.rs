@@ -1,5 +1,11 @@
-//! `oomlens-agent parse [FILE…]`: reads job logs (or stdin), prints the OOM events found — a human
-//! summary per event, or one JSON object per event per line (`--json`).
+//! `oomlens-agent parse [FILE…]`: reads job logs and kernel logs (or stdin), prints the OOM events
+//! found — a human summary per event, or one JSON object per event per line (`--json`).
+//!
+//! Job-log messages go through the [`LogParser`]; kernel log lines — as dmesg, `journalctl -k`,
+//! syslog or `/dev/kmsg` print them, any prefix (see [`kernel_message`]) — through the agent's
+//! own [`KmsgParser`], giving `xid` and `host_oom_kill` events with framework `kernel`. Offline,
+//! the PCI address of an Xid cannot be mapped to a GPU index (that needs the node's driver and
+//! NVML inventory), so their `gpu_index` is `null`; the address is in the printed line.
 //!
 //! Input is read as bytes (invalid UTF-8 is replaced, never fatal) through the [`LineDecoder`]
 //! of the chosen [`LineFormat`]; a physical line longer than [`MAX_READ_LINE`] is cut (the rest up
@@ -9,7 +15,8 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use super::{LineDecoder, LineFormat, LogParser, ParsedOom};
+use super::{LineDecoder, LineFormat, LogParser, ParsedOom, text};
+use crate::detect::kmsg::{KmsgParser, kernel_message};
 
 /// Longest physical line read (the rest of a longer line is skipped).
 pub const MAX_READ_LINE: usize = 256 * 1024;
@@ -59,6 +66,33 @@ fn read_line_bounded(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<
     }
 }
 
+/// The job-log parser and the kernel-line parser side by side.
+struct Parsers {
+    log: LogParser,
+    /// No PCI map offline: Xid events keep `gpu_index` unknown.
+    kernel: KmsgParser,
+}
+
+impl Parsers {
+    /// A kernel line becomes its kernel event (and is not shown to the job-log parser); any other
+    /// line goes to the job-log parser.
+    fn feed(
+        &mut self,
+        number: u64,
+        line: &str,
+        emit: &mut dyn FnMut(ParsedOom) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let bounded = text::bounded(line);
+        if let Some(e) = self.kernel.parse_message(kernel_message(bounded)) {
+            return emit(ParsedOom::from_kernel(&e, number, bounded));
+        }
+        for e in self.log.feed_numbered_line(number, line) {
+            emit(e)?;
+        }
+        Ok(())
+    }
+}
+
 /// Parses everything `r` yields; calls `emit` for each event.
 pub fn parse_reader(
     r: &mut dyn BufRead,
@@ -66,21 +100,18 @@ pub fn parse_reader(
     emit: &mut dyn FnMut(ParsedOom) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut decoder = LineDecoder::new(format);
-    let mut parser = LogParser::new();
+    let mut parser = Parsers { log: LogParser::new(), kernel: KmsgParser::default() };
     let mut buf = Vec::new();
     while read_line_bounded(r, &mut buf)? {
         let raw = String::from_utf8_lossy(&buf);
         if let Some(line) = decoder.push(&raw) {
-            for e in parser.feed_numbered_line(decoder.line_start(), &line) {
-                emit(e)?;
-            }
+            parser.feed(decoder.line_start(), &line, emit)?;
         }
     }
     for (number, line) in decoder.finish() {
-        for e in parser.feed_numbered_line(number, &line) {
-            emit(e)?;
-        }
+        parser.feed(number, &line, emit)?;
     }
+    let mut parser = parser.log;
     for e in parser.finish() {
         emit(e)?;
     }
@@ -152,6 +183,31 @@ mod tests {
         assert!(read_line_bounded(&mut r, &mut buf).unwrap());
         assert_eq!(buf, b"last");
         assert!(!read_line_bounded(&mut r, &mut buf).unwrap());
+    }
+
+    #[test]
+    fn kernel_lines_and_job_messages_in_one_input() {
+        let input = "\
+[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008\n\
+RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity)\n\
+epoch 3\n\
+<3>[ 99.5] Out of memory: Killed process 77 (python) total-vm:10kB, anon-rss:8kB, file-rss:0kB, shmem-rss:0kB\n";
+        let mut got = Vec::new();
+        parse_reader(&mut std::io::Cursor::new(input), LineFormat::Auto, &mut |e| {
+            got.push((e.kind, e.framework, e.fields.pid, e.xid, e.line));
+            Ok(())
+        })
+        .unwrap();
+        got.sort_by_key(|g| g.4);
+        use oomlens_schema::OomKind;
+        assert_eq!(
+            got,
+            vec![
+                (OomKind::Xid, "kernel", Some(1234), Some(31), 1),
+                (OomKind::CudaOom, "pytorch", None, None, 2),
+                (OomKind::HostOomKill, "kernel", Some(77), None, 4),
+            ]
+        );
     }
 
     #[test]

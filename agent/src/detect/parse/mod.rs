@@ -134,11 +134,14 @@ impl Fields {
 /// One failure found in a log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedOom {
-    /// Always [`OomKind::CudaOom`] for job logs.
+    /// [`OomKind::CudaOom`] for job logs ([`LogParser`]); [`OomKind::Xid`] or
+    /// [`OomKind::HostOomKill`] for kernel log lines ([`ParsedOom::from_kernel`]).
     pub kind: OomKind,
     /// `pytorch`, `tensorflow`, `jax`, `cuda`, `nccl`, `cublas`, `cudnn`, `hip`, `cupy`,
-    /// `llama.cpp`, `vllm`.
+    /// `llama.cpp`, `vllm`; `kernel` for kernel log lines.
     pub framework: &'static str,
+    /// The Xid number (kernel `NVRM: Xid` lines only).
+    pub xid: Option<u32>,
     /// The numbers.
     pub fields: Fields,
     /// 1-based line where the event starts.
@@ -178,12 +181,26 @@ impl ParsedOom {
         Some(self.fields.reserved?.saturating_sub(self.fields.allocated?))
     }
 
+    /// A kernel log line's event (from [`KmsgParser`](crate::detect::kmsg::KmsgParser)) found at
+    /// 1-based line `line` whose text is `text`: framework `kernel`, its kind, GPU index (when
+    /// the parser's PCI map knows the address), pid and Xid number.
+    pub fn from_kernel(event: &OomEvent, line: u64, text: &str) -> ParsedOom {
+        ParsedOom {
+            kind: event.kind,
+            framework: "kernel",
+            xid: event.xid,
+            fields: Fields { gpu: event.gpu_index, pid: event.pid, ..Fields::default() },
+            line,
+            lines: vec![text::bounded(text).to_owned()],
+        }
+    }
+
     /// The event's lines joined with `\n`.
     pub fn raw_message(&self) -> String {
         self.lines.join("\n")
     }
 
-    /// The wire event (kind `cuda_oom`, source `log`); `event_id` is left 0 for the caller to set.
+    /// The wire event (its kind, source `log`); `event_id` is left 0 for the caller to set.
     pub fn to_event(&self, ts_ms: i64) -> OomEvent {
         let f = &self.fields;
         OomEvent {
@@ -201,6 +218,7 @@ impl ParsedOom {
             reserved_bytes: f.reserved,
             process_used_bytes: f.process_used,
             other_processes: f.other_processes.clone(),
+            xid: self.xid,
             raw_message: self.raw_message(),
             ..OomEvent::default()
         }
@@ -226,7 +244,7 @@ impl ParsedOom {
                 .iter()
                 .map(|p| JsonProcess { pid: p.pid, used_bytes: p.used_bytes })
                 .collect(),
-            xid: None,
+            xid: self.xid,
             line: self.line,
         };
         // Serialising plain integers, options and strings cannot fail.
@@ -242,6 +260,9 @@ impl ParsedOom {
         }
         if let Some(p) = f.pid {
             let _ = write!(s, ", pid {p}");
+        }
+        if let Some(x) = self.xid {
+            let _ = write!(s, ", Xid {x}");
         }
         let size = |v: u64| format!("{} ({v} B)", units::format_size(v));
         for (label, v) in [
@@ -685,6 +706,7 @@ impl LogParser {
         out.push(ParsedOom {
             kind: OomKind::CudaOom,
             framework,
+            xid: None,
             fields,
             line: p.start,
             lines: p.raw.into_lines(),
