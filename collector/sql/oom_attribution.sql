@@ -15,7 +15,7 @@
 --   3 static_estimate    context + static estimate from the job shape > capacity static      95
 --   4 static_at_startup  load / optimizer init / startup and need alone > cap  static        75
 --   5 sequence_attention need alone > cap and request = one layer's attention  sequence      90
---   6 sequence_single_request need alone > cap, no shape, request >= 1/4 cap   sequence      60
+--   6 sequence_single_request need alone > cap, no shape, request >= 1/4 cap and > its swing   sequence   60
 --   7 batch_activations  need alone > cap                                      batch         85
 --   8 cache_could_serve  reserved - allocated >= requested                     fragmentation 90
 --   9 neighbours_took_it others hold memory and context + reserved + request <= cap contention 85
@@ -46,7 +46,8 @@ SELECT
             AND requested_bytes + greatest(toUInt64(2097152), intDiv(attention_bytes, 20)) >= attention_bytes
             AND requested_bytes <= attention_bytes + greatest(toUInt64(2097152), intDiv(attention_bytes, 20)), 0),
             'sequence_attention',
-        too_big_alone AND isNull(attention_bytes) AND ifNull(requested_bytes * 4 >= capacity_bytes, 0),
+        too_big_alone AND isNull(attention_bytes) AND ifNull(requested_bytes * 4 >= capacity_bytes, 0)
+            AND ifNull(requested_bytes > own_swing_bytes, 1),
             'sequence_single_request',
         too_big_alone, 'batch_activations',
         ifNull(cached_free_bytes >= requested_bytes, 0), 'cache_could_serve',

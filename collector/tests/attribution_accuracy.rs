@@ -28,6 +28,32 @@ fn mix() -> ScenarioMix {
     toml::from_str(&text).unwrap()
 }
 
+/// The job shape removed, the process samples kept: a job that reports no shape through the hook.
+fn without_shape(f: &OomFeatures) -> OomFeatures {
+    OomFeatures {
+        params: None,
+        batch_size: None,
+        seq_len: None,
+        hidden: None,
+        layers: None,
+        heads: None,
+        precision: String::new(),
+        optimizer: String::new(),
+        zero_stage: None,
+        tensor_parallel: None,
+        pipeline_parallel: None,
+        data_parallel: None,
+        activation_checkpointing: None,
+        flash_attention: None,
+        params_per_gpu: None,
+        weight_bytes_per_param: None,
+        optimizer_bytes_per_param: None,
+        static_estimate_bytes: None,
+        attention_bytes: None,
+        ..f.clone()
+    }
+}
+
 /// The job shape and the process samples removed: what a log line alone (PyTorch 2.x message)
 /// tells.
 fn message_only(f: &OomFeatures) -> OomFeatures {
@@ -174,6 +200,19 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
         }
     }
     assert!(partial_matrix.macro_accuracy().unwrap() >= 0.7, "{partial_matrix}");
+    let no_shape: Vec<AttributedEvent> = events
+        .iter()
+        .map(|e| {
+            let features = without_shape(&e.features);
+            let attribution = attribute(&features);
+            AttributedEvent { features, attribution }
+        })
+        .collect();
+    let no_shape_matrix = ConfusionMatrix::from_events(&no_shape);
+    println!("samples without a job shape:\n{no_shape_matrix}");
+    // Without the shape the samples still tell a step's activations (within the swing before)
+    // from one new, larger allocation (a longer sequence): rule 6 against the swing.
+    assert!(no_shape_matrix.macro_accuracy().unwrap() >= 0.95, "{no_shape_matrix}");
 
     // Neighbours: every contention event names at least one neighbour that was present.
     let neighbours =

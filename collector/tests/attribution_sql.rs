@@ -60,6 +60,7 @@ async fn sql_and_rust_rules_agree_on_the_fixtures() {
         (15, Rule::NeighboursTookIt, 65),
         (16, Rule::NeighboursTookIt, 45),
         (17, Rule::BatchActivations, 60),
+        (18, Rule::BatchActivations, 75),
     ];
     for (case, rule, confidence) in expected {
         let e = events

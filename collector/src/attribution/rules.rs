@@ -28,7 +28,7 @@ const MIB: u64 = 1 << 20;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored features; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 1;
+pub const RULES_VERSION: u32 = 2;
 
 /// One rule of the ordered set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -44,7 +44,8 @@ pub enum Rule {
     StaticAtStartup,
     /// 5. Needed more than the GPU alone, and the failed request is one layer's seq² attention matrix.
     SequenceAttention,
-    /// 6. Needed more than the GPU alone, no job shape, and one request of ≥ ¼ of the GPU.
+    /// 6. Needed more than the GPU alone, no job shape, and one request of ≥ ¼ of the GPU that is
+    /// larger than the process's whole swing (peak − floor) in the window before (when sampled).
     SequenceSingleRequest,
     /// 7. Needed more than the GPU alone in forward/backward: activations.
     BatchActivations,
@@ -203,9 +204,13 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
                 return Rule::SequenceAttention;
             }
         }
+        // A step's activations come back every step, so the process's swing before the failure
+        // covers requests of that size; one request beyond the whole swing is new: a longer
+        // sequence's attention / logits.
         if f.attention_bytes.is_none()
             && let (Some(req), Some(c)) = (f.requested_bytes, cap)
             && u128::from(req) * 4 >= u128::from(c)
+            && f.own_swing_bytes.is_none_or(|swing| req > swing)
         {
             return Rule::SequenceSingleRequest;
         }
@@ -341,9 +346,11 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             f.seq_len.map_or_else(|| "?".to_owned(), |s| s.to_string())
         ),
         Rule::SequenceSingleRequest => format!(
-            "one single request of {} ({} of the GPU) while the job alone needed more than the GPU",
+            "one single request of {} ({} of the GPU{}) while the job alone needed more than the GPU",
             f.requested_bytes.map_or_else(|| "-".to_owned(), b),
-            pct_of(f.requested_bytes.unwrap_or(0), f.capacity_bytes.unwrap_or(0))
+            pct_of(f.requested_bytes.unwrap_or(0), f.capacity_bytes.unwrap_or(0)),
+            f.own_swing_bytes
+                .map_or_else(String::new, |s| format!(", more than its whole swing of {}", b(s)))
         ),
         Rule::BatchActivations => format!(
             "the job alone needed {} > {cap} in {}: the activations of batch {} do not fit",
@@ -606,9 +613,14 @@ mod tests {
             need_alone_bytes: Some(100 * GIB),
             ..base()
         };
-        assert_eq!(rule(&no_shape), Rule::SequenceSingleRequest);
+        assert_eq!(rule(&no_shape), Rule::SequenceSingleRequest, "30 GiB > the 10 GiB swing");
         assert_eq!(attribute(&no_shape).confidence_pct, 50);
         assert_eq!(attribute(&no_shape).missing, ["job shape"]);
+        // The same request within the swing of the steps before: a step's activations (batch).
+        let within_swing = OomFeatures { own_swing_bytes: Some(40 * GIB), ..no_shape.clone() };
+        assert_eq!(rule(&within_swing), Rule::BatchActivations);
+        let unsampled = OomFeatures { own_samples: 0, own_swing_bytes: None, ..within_swing.clone() };
+        assert_eq!(rule(&unsampled), Rule::SequenceSingleRequest, "no samples: the request size alone");
 
         let fits = OomFeatures { need_alone_bytes: Some(60 * GIB), ..base() };
         let cache = OomFeatures { cached_free_bytes: Some(3 * GIB), ..fits.clone() };
