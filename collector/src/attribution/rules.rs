@@ -45,7 +45,7 @@ pub enum Rule {
     /// 5. Needed more than the GPU alone, and the failed request is one layer's seq² attention matrix.
     SequenceAttention,
     /// 6. Needed more than the GPU alone, no job shape, and one request of ≥ ¼ of the GPU that is
-    /// larger than the process's whole swing (peak − floor) in the window before (when sampled).
+    ///    larger than the process's whole swing (peak − floor) in the window before (when sampled).
     SequenceSingleRequest,
     /// 7. Needed more than the GPU alone in forward/backward: activations.
     BatchActivations,
