@@ -8,7 +8,9 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use oomlens_agent::detect::follow::{FollowOptions, Follower, LineHandler, PATH_LABEL, parser_factory};
+use oomlens_agent::detect::follow::{
+    FollowOptions, Follower, Found, LineHandler, PATH_LABEL, parser_factory,
+};
 use oomlens_agent::detect::parse::LineFormat;
 use oomlens_schema::{EventSource, OomEvent, OomKind};
 
@@ -16,15 +18,17 @@ use oomlens_schema::{EventSource, OomEvent, OomKind};
 struct Probe;
 
 impl LineHandler for Probe {
-    fn feed_line(&mut self, line: &str) -> Vec<OomEvent> {
+    fn feed_line(&mut self, _offset: u64, line: &str) -> Vec<Found> {
         line.strip_prefix("OOM pid=")
             .and_then(|n| n.parse().ok())
-            .map(|pid| OomEvent { kind: OomKind::CudaOom, pid: Some(pid), ..OomEvent::default() })
+            .map(|pid| {
+                Found::from(OomEvent { kind: OomKind::CudaOom, pid: Some(pid), ..OomEvent::default() })
+            })
             .into_iter()
             .collect()
     }
 
-    fn finish(&mut self) -> Vec<OomEvent> {
+    fn finish(&mut self) -> Vec<Found> {
         Vec::new()
     }
 }
@@ -239,4 +243,105 @@ fn real_parser_on_fixture_logs_written_while_following() {
     f.shutdown();
     let mut f = make();
     assert!(settle(&mut f, &mut clock).is_empty());
+}
+
+/// Follows `root/*.log` from the start (or from the positions in `state`), polls until quiet;
+/// returns `(event_id, ts_ms, requested_bytes)` of each event, sorted by id.
+fn read_ids(root: &Path, state: Option<&Path>, stop_cleanly: bool) -> Vec<(u64, i64, Option<u64>)> {
+    let opts = FollowOptions {
+        patterns: vec![format!("{}/*.log", root.display())],
+        state_file: state.map(Path::to_path_buf),
+        from_start: true,
+        rescan_interval: Duration::from_secs(3600),
+        idle_flush: Duration::from_millis(100),
+        ..FollowOptions::default()
+    };
+    let mut f = Follower::new(opts, parser_factory(LineFormat::Auto), None).unwrap();
+    let mut clock = Instant::now();
+    let mut events = Vec::new();
+    for _ in 0..4 {
+        events.extend(f.poll(clock));
+        clock += Duration::from_millis(150);
+    }
+    if stop_cleanly {
+        events.extend(f.shutdown());
+    }
+    let mut ids: Vec<_> = events.iter().map(|e| (e.event_id, e.ts_ms, e.requested_bytes)).collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn lines_read_again_give_the_same_event_ids_and_runtime_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs");
+    for name in ["cri", "docker", "pytorch_v2"] {
+        std::fs::copy(fixtures.join(format!("{name}.log")), root.join(format!("{name}.log"))).unwrap();
+    }
+    let before = oomlens_agent::sampler::now_ms();
+    let first = read_ids(root, None, false);
+    let after = oomlens_agent::sampler::now_ms();
+    let n = ["cri", "docker", "pytorch_v2"].iter().map(|f| expected(f).len()).sum::<usize>();
+    assert_eq!(first.len(), n);
+    let unique: BTreeSet<u64> = first.iter().map(|e| e.0).collect();
+    assert_eq!(unique.len(), n, "one id per event");
+    // Read again from offset 0 (a crash before positions were saved): the same ids, and for
+    // container logs the same timestamps.
+    let again = read_ids(root, None, false);
+    assert_eq!(again.iter().map(|e| e.0).collect::<Vec<_>>(), first.iter().map(|e| e.0).collect::<Vec<_>>());
+    // Timestamps: container lines carry their own (2024-05-01T12:00…Z), plain lines get the
+    // read time.
+    let may_2024 = 1_714_564_800_000..1_714_651_200_000;
+    let stamped = first.iter().filter(|e| may_2024.contains(&e.1)).count();
+    assert_eq!(stamped, expected("cri").len() + expected("docker").len(), "{first:?}");
+    assert!(first.iter().all(|e| may_2024.contains(&e.1) || (before..=after).contains(&e.1)));
+    for (a, b) in first.iter().zip(&again) {
+        if may_2024.contains(&a.1) {
+            assert_eq!(a.1, b.1);
+        }
+    }
+    // Another file with the same content is another failure: other ids.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(root.join("cri.log"), other.path().join("cri.log")).unwrap();
+    let copy: BTreeSet<u64> = read_ids(other.path(), None, false).iter().map(|e| e.0).collect();
+    assert!(copy.is_disjoint(&unique));
+}
+
+#[test]
+fn after_a_crash_the_lines_since_the_last_saved_position_keep_their_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let state = root.join("state/offsets.json");
+    let log = root.join("job.log");
+    let v2 = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs/pytorch_v2.log"),
+    )
+    .unwrap();
+    // First run: positions saved at the first scan (the file is empty then), then the job writes
+    // its OOMs and the agent reports them, and is killed before the next save.
+    append(&log, "");
+    let opts = FollowOptions {
+        patterns: vec![format!("{}/*.log", root.display())],
+        state_file: Some(state.clone()),
+        rescan_interval: Duration::from_secs(3600),
+        idle_flush: Duration::from_millis(100),
+        ..FollowOptions::default()
+    };
+    let mut f = Follower::new(opts, parser_factory(LineFormat::Auto), None).unwrap();
+    let mut clock = Instant::now();
+    assert!(f.poll(clock).is_empty());
+    append(&log, &v2);
+    let mut first = Vec::new();
+    for _ in 0..4 {
+        clock += Duration::from_millis(150);
+        first.extend(f.poll(clock).into_iter().map(|e| e.event_id));
+    }
+    assert_eq!(first.len(), expected("pytorch_v2").len());
+    drop(f); // kill -9: no shutdown, no save
+    // The restarted agent reads the lines again: same ids.
+    let mut again: Vec<u64> = read_ids(root, Some(&state), true).iter().map(|e| e.0).collect();
+    first.sort_unstable();
+    again.sort_unstable();
+    assert_eq!(again, first);
 }

@@ -17,12 +17,21 @@
 //!   is skipped up to the newline, and counted); at most [`MAX_READ_PER_POLL`] bytes per file per
 //!   poll. A quiet file's pending multi-line message is flushed after `idle_flush`.
 //!
-//! Every event gets a random `event_id`, `source = log`, `ts_ms` = when it was read, the label
+//! **Event identity.** A log event's `event_id` is a hash of where its first line is: the file
+//! (device, inode — as positions are keyed), the file's rotation identity (its first bytes before
+//! that line, and the first bytes of the line itself) and the line's byte offset. Lines read again
+//! after a crash (positions are saved only every rescan) therefore give the same `event_id`, and
+//! the collector's queries and `oom_events`' `ReplacingMergeTree` collapse the copies instead of
+//! counting a second failure. (A file rewritten with byte-identical content at the same offsets
+//! would also give the same ids; runtime timestamps in CRI / Docker lines make that practically
+//! impossible for container logs.) An event whose start is unknown gets a random id.
+//!
+//! Every event gets `source = log`, `ts_ms` = the time the container runtime stamped on its first
+//! line (CRI prefix, Docker `"time"`, see [`line_time_ms`]) or else when it was read, the label
 //! `log.path=<file>` and, when the message names a pid and a [`PidLabeler`] is given (the runner
-//! passes `WorkloadResolver::labels`), the
-//! workload labels of that pid.
+//! passes `WorkloadResolver::labels`), the workload labels of that pid.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
@@ -36,7 +45,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::detect::offsets::{FINGERPRINT_BYTES, FileOffset, Fingerprint, OffsetState};
-use crate::detect::parse::{LineDecoder, LineFormat, LogParser};
+use crate::detect::parse::lines::line_time_ms;
+use crate::detect::parse::{LineDecoder, LineFormat, LogParser, MAX_EVENT_SPAN, ParsedOom};
 use crate::metrics::AgentMetrics;
 use crate::sampler::now_ms;
 use crate::source::Reading;
@@ -46,44 +56,124 @@ pub const MAX_READ_PER_POLL: usize = 4 * 1024 * 1024;
 /// Label naming the file an event was read from.
 pub const PATH_LABEL: &str = "log.path";
 
+/// Where an event's first line is in its file, and what that line says of itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineStart {
+    /// Byte offset of the line in the file.
+    pub offset: u64,
+    /// Hash of the line's first bytes (part of the event's identity).
+    pub line_hash: u64,
+    /// The time the container runtime stamped on the line (epoch ms), when it has one.
+    pub ts_ms: Option<i64>,
+}
+
+/// An event a [`LineHandler`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// The event (`event_id`, `source`, `ts_ms` and labels are set by the follower).
+    pub event: OomEvent,
+    /// Where it starts (`None`: unknown — the event gets a random id and the read time).
+    pub start: Option<LineStart>,
+}
+
+impl From<OomEvent> for Found {
+    fn from(event: OomEvent) -> Self {
+        Found { event, start: None }
+    }
+}
+
 /// Turns the lines of one file into events (one handler per file, so multi-line messages of
 /// different files never mix).
 pub trait LineHandler: Send {
-    /// Takes one line (without its newline); returns the events it completes.
-    fn feed_line(&mut self, line: &str) -> Vec<OomEvent>;
+    /// Takes one line (without its newline) that starts at byte `offset` of the file; returns the
+    /// events it completes.
+    fn feed_line(&mut self, offset: u64, line: &str) -> Vec<Found>;
     /// Returns what is pending (the file went quiet, rotated, or the agent stops).
-    fn finish(&mut self) -> Vec<OomEvent>;
+    fn finish(&mut self) -> Vec<Found>;
 }
 
+/// Most line starts a [`ParserHandler`] remembers (an open event spans at most
+/// [`MAX_EVENT_SPAN`] lines; normally only the lines of open events are kept).
+const MAX_STARTS: usize = MAX_EVENT_SPAN as usize + 16;
+
 /// The log OOM parser as a [`LineHandler`]: container framing decoded (CRI / Docker partial
-/// lines joined) by [`LineDecoder`], then [`LogParser`].
+/// lines joined) by [`LineDecoder`], then [`LogParser`]. It remembers where each physical line
+/// that an open event may start at begins, so every event comes with its [`LineStart`].
 #[derive(Debug)]
 pub struct ParserHandler {
+    format: LineFormat,
     decoder: LineDecoder,
     parser: LogParser,
+    /// Physical lines fed so far (the decoder's and parser's line numbers).
+    fed: u64,
+    /// (physical line number, start) of the lines an open event may start at, in order.
+    starts: VecDeque<(u64, LineStart)>,
 }
 
 impl ParserHandler {
     /// A handler for lines framed as `format`.
     pub fn new(format: LineFormat) -> Self {
-        ParserHandler { decoder: LineDecoder::new(format), parser: LogParser::new() }
+        ParserHandler {
+            format,
+            decoder: LineDecoder::new(format),
+            parser: LogParser::new(),
+            fed: 0,
+            starts: VecDeque::new(),
+        }
+    }
+
+    fn found(&self, p: &ParsedOom) -> Found {
+        let start = self
+            .starts
+            .binary_search_by_key(&p.line, |(n, _)| *n)
+            .ok()
+            .and_then(|i| self.starts.get(i))
+            .map(|(_, s)| *s);
+        Found { event: p.to_event(0), start }
+    }
+
+    /// Forgets the starts of lines no open event (or waiting fragment) can start at.
+    fn prune(&mut self) {
+        let keep_from = [self.parser.earliest_open_line(), self.decoder.earliest_partial()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.fed + 1);
+        while self.starts.front().is_some_and(|(n, _)| *n < keep_from) || self.starts.len() > MAX_STARTS {
+            self.starts.pop_front();
+        }
     }
 }
 
 impl LineHandler for ParserHandler {
-    fn feed_line(&mut self, line: &str) -> Vec<OomEvent> {
-        let Some(text) = self.decoder.push(line) else { return Vec::new() };
-        let start = self.decoder.line_start();
-        self.parser.feed_numbered_line(start, &text).iter().map(|p| p.to_event(0)).collect()
+    fn feed_line(&mut self, offset: u64, line: &str) -> Vec<Found> {
+        self.fed += 1;
+        let start = LineStart {
+            offset,
+            line_hash: Fingerprint::of(line.as_bytes()).hash,
+            ts_ms: line_time_ms(self.format, line),
+        };
+        self.starts.push_back((self.fed, start));
+        let out = match self.decoder.push(line) {
+            Some(text) => {
+                let at = self.decoder.line_start();
+                self.parser.feed_numbered_line(at, &text).iter().map(|p| self.found(p)).collect()
+            }
+            None => Vec::new(),
+        };
+        self.prune();
+        out
     }
 
-    fn finish(&mut self) -> Vec<OomEvent> {
+    fn finish(&mut self) -> Vec<Found> {
         let mut found = Vec::new();
         for (start, text) in self.decoder.finish() {
             found.extend(self.parser.feed_numbered_line(start, &text));
         }
         found.extend(self.parser.finish());
-        found.iter().map(|p| p.to_event(0)).collect()
+        let out = found.iter().map(|p| self.found(p)).collect();
+        self.prune();
+        out
     }
 }
 
@@ -389,7 +479,7 @@ impl Follower {
                 if !t.partial.is_empty() {
                     let line = line_text(&t.partial);
                     self.stats.lines_read += 1;
-                    events.extend(t.handler.feed_line(&line));
+                    events.extend(t.handler.feed_line(t.offset, &line));
                     t.partial.clear();
                 }
                 events.extend(t.handler.finish());
@@ -425,17 +515,17 @@ impl Follower {
         out
     }
 
-    fn emit(&mut self, i: usize, draining: bool, events: Vec<OomEvent>, out: &mut Vec<OomEvent>) {
+    fn emit(&mut self, i: usize, draining: bool, events: Vec<Found>, out: &mut Vec<OomEvent>) {
         if events.is_empty() {
             return;
         }
         let t = if draining { &self.draining[i] } else { &self.files[i] };
         let path = clip(&t.path.to_string_lossy());
         let ts = now_ms();
-        for mut e in events {
-            e.event_id = rand::random::<u64>() | 1;
+        for Found { event: mut e, start } in events {
+            e.event_id = start.map_or_else(|| rand::random::<u64>() | 1, |s| event_id(t, &s));
             e.source = EventSource::Log;
-            e.ts_ms = ts;
+            e.ts_ms = start.and_then(|s| s.ts_ms).unwrap_or(ts);
             if !e.labels.iter().any(|l| l.key == PATH_LABEL) {
                 e.labels.push(Label { key: PATH_LABEL.into(), value: path.clone() });
             }
@@ -598,7 +688,7 @@ impl Follower {
 }
 
 /// Reads what is new in one file and feeds complete lines to its handler.
-fn read_new(t: &mut Tracked, now: Instant, opts: &FollowOptions, stats: &mut FollowStats) -> Vec<OomEvent> {
+fn read_new(t: &mut Tracked, now: Instant, opts: &FollowOptions, stats: &mut FollowStats) -> Vec<Found> {
     let mut out = Vec::new();
     let Ok(meta) = t.file.metadata() else {
         stats.errors += 1;
@@ -647,7 +737,7 @@ fn read_new(t: &mut Tracked, now: Instant, opts: &FollowOptions, stats: &mut Fol
                     }
                     stats.lines_read += 1;
                     let line = line_text(&t.partial);
-                    out.extend(t.handler.feed_line(&line));
+                    out.extend(t.handler.feed_line(t.offset, &line));
                     t.partial.clear();
                     t.cutting = false;
                     pos += nl as u64 + 1;
@@ -675,6 +765,21 @@ fn take_bytes(t: &mut Tracked, bytes: &[u8], max: usize) {
     } else {
         t.partial.extend_from_slice(bytes);
     }
+}
+
+/// The deterministic id of an event starting at `start` in the file of `t` (see the module docs):
+/// FNV-1a over device, inode, the fingerprint of the file's bytes before the line (at most
+/// [`FINGERPRINT_BYTES`]), the offset and the line's hash; never 0.
+fn event_id(t: &Tracked, start: &LineStart) -> u64 {
+    let head = head_fingerprint(&t.file, start.offset);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for word in [t.dev, t.ino, u64::from(head.len), head.hash, start.offset, start.line_hash] {
+        for b in word.to_le_bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash | 1
 }
 
 fn line_text(bytes: &[u8]) -> String {
@@ -787,7 +892,7 @@ mod tests {
     }
 
     impl LineHandler for Probe {
-        fn feed_line(&mut self, line: &str) -> Vec<OomEvent> {
+        fn feed_line(&mut self, _offset: u64, line: &str) -> Vec<Found> {
             if line == "BEGIN" {
                 self.pending = Some(String::new());
                 return vec![];
@@ -807,14 +912,17 @@ mod tests {
                     raw_message: line.into(),
                     ..OomEvent::default()
                 })
+                .map(Found::from)
                 .into_iter()
                 .collect()
         }
 
-        fn finish(&mut self) -> Vec<OomEvent> {
+        fn finish(&mut self) -> Vec<Found> {
             self.pending
                 .take()
-                .map(|m| OomEvent { kind: OomKind::CudaOom, raw_message: m, ..OomEvent::default() })
+                .map(|m| {
+                    Found::from(OomEvent { kind: OomKind::CudaOom, raw_message: m, ..OomEvent::default() })
+                })
                 .into_iter()
                 .collect()
         }

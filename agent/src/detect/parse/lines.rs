@@ -8,6 +8,9 @@
 //!   is a partial line (Docker splits lines longer than 16 KiB).
 //! * [`LineFormat::Auto`] — CRI or Docker when the line is one, else plain.
 //!
+//! [`line_time_ms`] reads the time the container runtime stamped on a line (CRI's prefix, Docker's
+//! `"time"`), so an event's time is when the job printed it, not when the agent read it.
+//!
 //! [`decode_line`] decodes one physical line on its own (a partial fragment comes back as the
 //! fragment). [`LineDecoder`] is the stateful form a log follower uses: it joins partial fragments
 //! with the line that completes them (bounded by [`MAX_JOINED_BYTES`]), and passes lines that are
@@ -120,6 +123,84 @@ pub fn decode_line(format: LineFormat, raw: &str) -> Option<String> {
     decode(format, raw).map(|d| d.text)
 }
 
+/// The time (Unix epoch ms) the runtime stamped on one physical line: the RFC 3339 prefix of a CRI
+/// line, the `"time"` of a Docker json-file line; `None` for plain text (or `format` `Plain`), or
+/// a time that does not parse.
+pub fn line_time_ms(format: LineFormat, raw: &str) -> Option<i64> {
+    let raw = strip_eol(raw);
+    let cri = || {
+        let (ts, rest) = raw.split_once(' ')?;
+        if !(rest.starts_with("stdout ") || rest.starts_with("stderr ")) {
+            return None;
+        }
+        rfc3339_ms(ts)
+    };
+    let docker = || {
+        if !(raw.starts_with('{') && raw.ends_with('}')) {
+            return None;
+        }
+        // `"time"` is the last key Docker writes; a `"time":"` inside the message is escaped.
+        let key = "\"time\":\"";
+        let rest = &raw[raw.rfind(key)? + key.len()..];
+        rfc3339_ms(&rest[..rest.find('"')?])
+    };
+    match format {
+        LineFormat::Plain => None,
+        LineFormat::Cri => cri(),
+        LineFormat::DockerJson => docker(),
+        LineFormat::Auto => cri().or_else(docker),
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` → Unix epoch ms (fraction truncated to ms).
+pub fn rfc3339_ms(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        if t.bytes().all(|c| c.is_ascii_digit()) { t.parse().ok() } else { None }
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut ms = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        for (i, c) in frac.bytes().take(3).enumerate().take(digits) {
+            ms += i64::from(c - b'0') * [100, 10, 1][i];
+        }
+        rest = &frac[digits..];
+    }
+    let offset_s = match rest {
+        "Z" | "z" => 0,
+        _ if rest.len() == 6 && matches!(rest.as_bytes()[0], b'+' | b'-') && rest.as_bytes()[3] == b':' => {
+            let v = num(s.len() - 5..s.len() - 3)? * 3600 + num(s.len() - 2..s.len())? * 60;
+            if rest.starts_with('-') { -v } else { v }
+        }
+        _ => return None,
+    };
+    // Days since 1970-01-01 of the civil date (H. Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + mi * 60 + sec - offset_s) * 1000 + ms)
+}
+
 /// Decodes a stream of physical lines, joining partial fragments (per stream: a CRI `P` line of
 /// stderr is completed by the next stderr line, whatever stdout printed in between). See the
 /// module docs.
@@ -185,6 +266,12 @@ impl LineDecoder {
         rest
     }
 
+    /// Physical line number (1-based) where the oldest fragment still waiting for its final part
+    /// began.
+    pub fn earliest_partial(&self) -> Option<u64> {
+        self.partial.iter().flatten().map(|(n, _)| *n).min()
+    }
+
     /// Physical line number (1-based) where the line last returned by [`Self::push`] began.
     pub fn line_start(&self) -> u64 {
         self.start
@@ -212,6 +299,37 @@ fn push_bounded(out: &mut String, text: &str, room: usize, dropped: &mut u64) {
     }
     out.push_str(&text[..end]);
     *dropped += (text.len() - end) as u64;
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn runtime_timestamps_are_read_from_cri_and_docker_lines() {
+        // 2024-05-01T12:00:00Z = 1714564800 s.
+        let cri = "2024-05-01T12:00:00.123456789Z stderr F torch.OutOfMemoryError: CUDA out of memory.";
+        assert_eq!(line_time_ms(LineFormat::Auto, cri), Some(1_714_564_800_123));
+        assert_eq!(line_time_ms(LineFormat::Cri, cri), Some(1_714_564_800_123));
+        assert_eq!(line_time_ms(LineFormat::Plain, cri), None);
+        let docker = r#"{"log":"RuntimeError: CUDA out of memory \"time\":\"x\"\n","stream":"stderr","time":"2024-05-01T12:00:01.5+02:00"}"#;
+        assert_eq!(line_time_ms(LineFormat::Auto, docker), Some(1_714_564_801_500 - 7_200_000));
+        assert_eq!(line_time_ms(LineFormat::DockerJson, docker), Some(1_714_564_801_500 - 7_200_000));
+        assert_eq!(line_time_ms(LineFormat::Cri, docker), None);
+        for plain in ["RuntimeError: CUDA out of memory", "2024-05-01 12:00:00 INFO x", "", "{}"] {
+            assert_eq!(line_time_ms(LineFormat::Auto, plain), None, "{plain:?}");
+        }
+        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(rfc3339_ms("2000-02-29T23:59:59.999-00:30"), Some(951_868_799_999 + 1_800_000));
+        for bad in [
+            "2024-13-01T00:00:00Z",
+            "2024-05-01T00:00:00",
+            "2024-05-01T00:00:00.Z",
+            "nonsense-but-long-enough",
+        ] {
+            assert_eq!(rfc3339_ms(bad), None, "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]

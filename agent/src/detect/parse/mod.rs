@@ -479,6 +479,12 @@ impl LogParser {
         self.fed
     }
 
+    /// The first line of the oldest event still open (pending message or traceback): an event
+    /// closed later starts at this line or after it.
+    pub fn earliest_open_line(&self) -> Option<u64> {
+        self.pending.iter().map(|p| p.start).chain(self.tracebacks.iter().map(|t| t.start)).min()
+    }
+
     /// Repeated prints of an already reported failure that were dropped.
     pub fn duplicates(&self) -> u64 {
         self.duplicates
