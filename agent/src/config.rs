@@ -154,6 +154,7 @@ impl AgentConfig {
             fast_interval_ms: ms(self.recorder.fast_interval_ms),
             normal_interval_ms: ms(self.source.interval_ms),
             hot_threshold_pct: self.recorder.hot_threshold_pct,
+            event_delay_ms: ms(self.detect.merge_grace_ms),
         }
     }
 }

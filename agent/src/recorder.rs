@@ -7,7 +7,9 @@
 //!   interval (buckets of `normal_interval_ms` on the source clock, so one sample per GPU per
 //!   second by default, aligned to whole seconds), or when the GPU is **hot** (`memory used ≥
 //!   hot_threshold_pct` of its total): a GPU close to its capacity streams at the fast rate;
-//! * **holds** every other sample in a per-GPU ring of the last `window_ms` of source time;
+//! * **holds** every other sample in a per-GPU ring of the last `window_ms` of source time (plus
+//!   `event_delay_ms`: the event merger holds an event back up to its grace window before it
+//!   reaches the recorder, and the window before it must still be there);
 //! * **flushes**, when an OOM event passes the batcher, the held samples before it from
 //!   `event.ts − window` to `event.ts + fast_interval` (the upper bound takes in the reading that
 //!   reported the failure, the state right after it): the GPU and process samples of the event's
@@ -55,6 +57,10 @@ pub struct RecorderSettings {
     pub normal_interval_ms: i64,
     /// A GPU at or above this share of its memory used (percent) streams at the fast rate.
     pub hot_threshold_pct: f64,
+    /// Source time an event may be held back before it reaches the recorder (the event merger's
+    /// grace window, `detect.merge_grace_ms`), ms: the rings keep `window_ms + event_delay_ms`,
+    /// so an event released that late still finds the whole window before it.
+    pub event_delay_ms: i64,
 }
 
 impl Default for RecorderSettings {
@@ -65,6 +71,7 @@ impl Default for RecorderSettings {
             fast_interval_ms: 100,
             normal_interval_ms: 1000,
             hot_threshold_pct: 90.0,
+            event_delay_ms: 0,
         }
     }
 }
@@ -101,11 +108,17 @@ impl RecorderSettings {
                 self.window_ms
             ));
         }
-        if self.window_ms / self.fast_interval_ms > MAX_SAMPLES_PER_GPU {
+        if !(0..=MAX_WINDOW_MS).contains(&self.event_delay_ms) {
             return bad(format!(
-                "recorder.window_s / recorder.fast_interval_ms must be at most {MAX_SAMPLES_PER_GPU} samples per GPU, \
-                 got {}",
-                self.window_ms / self.fast_interval_ms
+                "detect.merge_grace_ms must be at most {MAX_WINDOW_MS} with the flight recorder on, got {}",
+                self.event_delay_ms
+            ));
+        }
+        if self.retention_ms() / self.fast_interval_ms > MAX_SAMPLES_PER_GPU {
+            return bad(format!(
+                "(recorder.window_s + detect.merge_grace_ms) / recorder.fast_interval_ms must be at most \
+                 {MAX_SAMPLES_PER_GPU} samples per GPU, got {}",
+                self.retention_ms() / self.fast_interval_ms
             ));
         }
         if !(self.hot_threshold_pct.is_finite()
@@ -125,9 +138,14 @@ impl RecorderSettings {
         if self.enabled { self.fast_interval_ms } else { self.normal_interval_ms }
     }
 
+    /// Source time each ring keeps: the window plus how late an event may arrive.
+    pub fn retention_ms(&self) -> i64 {
+        self.window_ms.saturating_add(self.event_delay_ms.max(0))
+    }
+
     /// Most GPU samples held per GPU.
     pub fn max_held_gpu_samples(&self) -> usize {
-        let n = (self.window_ms / self.fast_interval_ms.max(1)).clamp(1, MAX_SAMPLES_PER_GPU) as usize;
+        let n = (self.retention_ms() / self.fast_interval_ms.max(1)).clamp(1, MAX_SAMPLES_PER_GPU) as usize;
         n + n / 4 + 1
     }
 }
@@ -480,9 +498,9 @@ impl FlightRecorder {
         }
         self.stats.clock_resets += resets;
         self.decisions = decisions;
-        let window = self.settings.window_ms;
+        let retention = self.settings.retention_ms();
         for ring in &mut self.rings {
-            self.stats.evicted_samples += ring.evict(window, max_gpus, max_procs, cycle) as u64;
+            self.stats.evicted_samples += ring.evict(retention, max_gpus, max_procs, cycle) as u64;
         }
     }
 
@@ -644,6 +662,34 @@ mod tests {
         }
         assert_eq!(per_gpu, [1 + 10 + 1, 3], "bucket 0: normal; bucket 1: all hot; bucket 2: normal");
         assert_eq!(rec.stats().hot_gpu_samples, 9, "one of the hot samples was the normal one anyway");
+    }
+
+    #[test]
+    fn an_event_released_after_the_merge_grace_still_finds_its_whole_window() {
+        // The merger holds an event back up to its grace (here 3 s of source time): the event at
+        // 6 s reaches the recorder only after the reading at 9 s, yet 5 s → 6.1 s all come out.
+        let late =
+            RecorderSettings { window_ms: 5_000, event_delay_ms: 3_000, ..RecorderSettings::default() };
+        let mut rec = FlightRecorder::new(late).unwrap();
+        for k in 0..=90 {
+            reading(&mut rec, k * 100, 1, 1, 50);
+        }
+        let mut out = Batch::default();
+        rec.admit(event(6_000, Some(0), OomKind::CudaOom), &mut out);
+        let ts: Vec<i64> = out.gpu_samples.iter().map(|s| s.ts_ms).collect();
+        let expected: Vec<i64> = (10..=61).map(|k| k * 100).filter(|t| t % 1000 != 0).collect();
+        assert_eq!(ts, expected);
+        // Without the delay in the settings the oldest 3 s would have been evicted already.
+        let mut short = FlightRecorder::new(settings(5_000)).unwrap();
+        for k in 0..=90 {
+            reading(&mut short, k * 100, 1, 1, 50);
+        }
+        let mut out = Batch::default();
+        short.admit(event(6_000, Some(0), OomKind::CudaOom), &mut out);
+        assert!(out.gpu_samples.iter().all(|s| s.ts_ms >= 4_000), "only what the ring still held");
+        assert_eq!(late.max_held_gpu_samples(), 80 + 20 + 1);
+        let bad = RecorderSettings { event_delay_ms: -1, ..late };
+        assert!(bad.validate().unwrap_err().to_string().contains("detect.merge_grace_ms"));
     }
 
     #[test]

@@ -190,3 +190,64 @@ async fn collector_restart_mid_run_loses_no_batch() {
         assert_eq!(events, t.events, "{node}: every event present");
     }
 }
+
+/// The flight recorder end to end (issue 3 §5): with the agent's defaults (recorder on, 100 ms
+/// fast readings), every 100 ms reading of the 30 s before each OOM of the GPU that failed (every
+/// GPU of the node for a host OOM) is in ClickHouse, and far from the OOMs a cold GPU is stored
+/// at the normal 1 s interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fast_curve_before_every_oom_is_stored() {
+    let ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-rec";
+    let pki = pki(dir.path(), &[node]);
+    let (collector, _stop) =
+        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let duration_s = 240;
+    let mut cfg = agent_config(&pki, node, collector.addr, 11, duration_s, 200.0);
+    cfg.recorder.enabled = true;
+    cfg.recorder.window_s = 30;
+    cfg.recorder.fast_interval_ms = 100;
+    let cfg = cfg.finish().unwrap();
+    let sent = tokio::time::timeout(Duration::from_secs(120), spawn_agent(cfg)).await.unwrap().unwrap();
+    collector.shutdown().await;
+    assert_eq!(sent.pending_batches, 0, "everything acknowledged");
+
+    let db = client(&ch.url());
+    let stored: std::collections::BTreeSet<(u32, i64)> = db
+        .query("SELECT gpu_index, ts_ms FROM oomlens.gpu_samples WHERE node = ?")
+        .bind(node)
+        .fetch_all::<(u32, i64)>()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(stored.len() as u64, sent.gpu_samples, "every GPU sample sent is stored once");
+    let events: Vec<(i64, Option<u32>)> = db
+        .query("SELECT ts_ms, gpu_index FROM oomlens.oom_events WHERE node = ? ORDER BY ts_ms")
+        .bind(node)
+        .fetch_all::<(i64, Option<u32>)>()
+        .await
+        .unwrap();
+    assert!(!events.is_empty(), "the simulator produced OOMs");
+    let mut fast_window = std::collections::BTreeSet::new();
+    for (ts, gpu) in &events {
+        let gpus: Vec<u32> = gpu.map_or_else(|| (0..4).collect(), |g| vec![g]);
+        for g in gpus {
+            let mut t = (ts - 30_000).max(START_MS);
+            while t <= *ts {
+                assert!(stored.contains(&(g, t)), "OOM at {ts}: GPU {g} reading at {t} not stored");
+                fast_window.insert((g, t));
+                t += 100;
+            }
+        }
+    }
+    // Far from the OOMs and below the hot threshold, a GPU keeps the 1 s interval: far fewer rows
+    // than 10 readings per second on every GPU.
+    assert!(
+        stored.len() < 4 * duration_s as usize * 10 / 2,
+        "{} rows: the fast rate is only kept around OOMs and on hot GPUs",
+        stored.len()
+    );
+    assert!(fast_window.len() >= 300, "at least one 30 s window of 100 ms readings");
+}
