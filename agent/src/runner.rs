@@ -1,5 +1,8 @@
 //! Runs a whole agent: source → sampler thread → batcher → uplink, plus the telemetry endpoint,
 //! until the source's duration ends or a stop is requested; then drains what is pending.
+//!
+//! Telemetry: `/readyz` answers 200 exactly while the uplink has a live session with a collector
+//! (see `uplink.rs`); `/healthz` is the shared endpoint's "process alive".
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,8 +169,8 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         metrics.clone(),
     )?;
     let (uplink_stop_tx, uplink_stop_rx) = watch::channel(false);
-    let uplink_task = tokio::spawn(uplink.run(uplink_stop_rx));
-    readiness.set(true);
+    // `/readyz`: 200 exactly while a session with a collector is live.
+    let uplink_task = tokio::spawn(uplink.with_readiness(readiness.clone()).run(uplink_stop_rx));
 
     let recorder = FlightRecorder::new(cfg.recorder_settings())?;
     let (tx, rx) = mpsc::channel(64);

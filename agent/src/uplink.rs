@@ -13,6 +13,10 @@
 //! one), stays there while sessions succeed, and moves to the next endpoint in the list after a
 //! failed session — so when a collector dies its agents spread over the rest.
 //!
+//! Session state: [`UplinkHandle::connected`], the `connected` gauge and, when given
+//! ([`Uplink::with_readiness`]), the telemetry readiness flag (`/readyz`) are true exactly while a
+//! session is live — from the collector's `Welcome` until the session ends (error, close, stop).
+//!
 //! TLS reload: before every connection attempt the CA bundle, certificate and key are re-read;
 //! when their content changed the next connection uses the new material (a broken file is logged
 //! and counted once, and the previous material stays in use).
@@ -21,6 +25,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use oomlens_schema::telemetry::Readiness;
 use oomlens_schema::tls::{Reload, TlsError, TlsFiles, TlsMaterial, TlsWatch, client_config_from};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
 use oomlens_schema::{Batch, Frame, FrameError, Hello};
@@ -134,6 +139,20 @@ struct Shared {
     changed: Notify,
     drained: Notify,
     metrics: Arc<AgentMetrics>,
+    /// A session is live (set with the `connected` gauge).
+    live: Readiness,
+}
+
+impl Shared {
+    /// Records whether a session is live: the flag behind [`UplinkHandle::connected`], the
+    /// `connected` gauge and the readiness flag `ready` (when the agent serves `/readyz`).
+    fn set_live(&self, ready: Option<&Readiness>, live: bool) {
+        self.live.set(live);
+        self.metrics.connected.set(i64::from(live));
+        if let Some(r) = ready {
+            r.set(live);
+        }
+    }
 }
 
 impl Shared {
@@ -179,6 +198,11 @@ pub struct UplinkTotals {
 }
 
 impl UplinkHandle {
+    /// True while a session with a collector is live.
+    pub fn connected(&self) -> bool {
+        self.shared.live.get()
+    }
+
     /// Encodes a batch and queues it for delivery.
     pub fn push(&self, batch: Batch) -> Result<(), UplinkError> {
         let pending = PendingBatch::encode(batch)?;
@@ -248,6 +272,7 @@ pub struct Uplink {
     client_config: quinn::ClientConfig,
     tls: Mutex<TlsWatch>,
     shared: Arc<Shared>,
+    ready: Option<Readiness>,
 }
 
 impl std::fmt::Debug for Uplink {
@@ -282,9 +307,19 @@ impl Uplink {
             changed: Notify::new(),
             drained: Notify::new(),
             metrics,
+            live: Readiness::default(),
         });
         let handle = UplinkHandle { shared: shared.clone() };
-        Ok((Uplink { cfg, hello, client_config, tls, shared }, handle))
+        Ok((Uplink { cfg, hello, client_config, tls, shared, ready: None }, handle))
+    }
+
+    /// Mirrors the session state into `ready` (the telemetry `/readyz` flag): true while a
+    /// session with a collector is live, false before the first one, between sessions and after
+    /// the uplink stopped.
+    pub fn with_readiness(mut self, ready: Readiness) -> Self {
+        ready.set(false);
+        self.ready = Some(ready);
+        self
     }
 
     /// Runs sessions until `finish` was called and everything is acknowledged, or `stop` turns true.
@@ -306,7 +341,7 @@ impl Uplink {
                 r = self.session(&endpoint, &target) => r,
                 _ = stop.changed() => break,
             };
-            self.shared.metrics.connected.set(0);
+            self.shared.set_live(self.ready.as_ref(), false);
             match outcome {
                 Ok(()) => break,
                 Err(e) => {
@@ -324,6 +359,7 @@ impl Uplink {
             }
             backoff = (backoff * 2).min(self.cfg.backoff_max);
         }
+        self.shared.set_live(self.ready.as_ref(), false);
         endpoint.wait_idle().await;
         Ok(())
     }
@@ -399,7 +435,7 @@ impl Uplink {
             None => return Err(SessionError::Closed),
         };
         self.shared.metrics.connects.inc();
-        self.shared.metrics.connected.set(1);
+        self.shared.set_live(self.ready.as_ref(), true);
         info!(collector = %conn.remote_address(), collector_id = %welcome.collector_id, last_acked_seq = welcome.last_acked_seq, "connected");
         self.acknowledge(welcome.last_acked_seq);
 
@@ -540,7 +576,58 @@ pub fn first_collector(agent_id: &str, endpoints: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::first_collector;
+    use super::*;
+
+    /// An uplink whose only collector is `127.0.0.1:9` (nothing answers), with self-signed TLS.
+    fn unreachable(dir: &std::path::Path) -> (Uplink, UplinkHandle, Arc<AgentMetrics>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert =
+            rcgen::CertificateParams::new(vec!["collector".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let tls = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&tls.ca, cert.pem()).unwrap();
+        std::fs::write(&tls.cert, cert.pem()).unwrap();
+        std::fs::write(&tls.key, key.serialize_pem()).unwrap();
+        let cfg = UplinkConfig {
+            collectors: vec!["127.0.0.1:9".to_owned()],
+            server_name: "collector".to_owned(),
+            tls,
+            connect_timeout: Duration::from_millis(100),
+            idle_timeout: Duration::from_secs(3),
+            max_in_flight: 4,
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(20),
+        };
+        let metrics = AgentMetrics::register(&mut prometheus_client::registry::Registry::default());
+        let spool = Box::new(crate::spool::MemorySpool::new(1 << 20));
+        let (u, h) = Uplink::new(cfg, Hello::default(), spool, metrics.clone()).unwrap();
+        (u, h, metrics)
+    }
+
+    #[tokio::test]
+    async fn readiness_is_true_only_while_a_session_is_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uplink, handle, metrics) = unreachable(dir.path());
+        let ready = Readiness::default();
+        ready.set(true); // whatever it said before, the uplink owns it now
+        let uplink = uplink.with_readiness(ready.clone());
+        assert!(!ready.get(), "not ready before the first session");
+        // The session state drives all three views together.
+        uplink.shared.set_live(uplink.ready.as_ref(), true);
+        assert!(ready.get() && handle.connected() && metrics.connected.get() == 1);
+        uplink.shared.set_live(uplink.ready.as_ref(), false);
+        assert!(!ready.get() && !handle.connected() && metrics.connected.get() == 0);
+        // A collector that never answers: the uplink keeps trying and is never ready (sampled
+        // while it runs); stopping it leaves it not ready.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(uplink.run(stop_rx));
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!ready.get() && !handle.connected());
+        }
+        stop_tx.send(true).unwrap();
+        task.await.unwrap().unwrap();
+        assert!(!ready.get());
+    }
 
     #[test]
     fn agents_spread_evenly_over_collectors_and_keep_their_start() {
