@@ -251,3 +251,71 @@ async fn the_fast_curve_before_every_oom_is_stored() {
     );
     assert!(fast_window.len() >= 300, "at least one 30 s window of 100 ms readings");
 }
+
+/// The agent's `/metrics` (issue 3 §7) while it streams to a real collector: readings, events by
+/// kind and detector, batches built / sent / acknowledged, the session, the ack latency and the
+/// spool, consistent with each other and with what reached ClickHouse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_metrics_report_what_the_agent_did() {
+    let ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-metrics";
+    let pki = pki(dir.path(), &[node]);
+    let (collector, _stop) =
+        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let telemetry = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut cfg = agent_config(&pki, node, collector.addr, 12, 3600, 50.0);
+    cfg.telemetry.listen = Some(telemetry);
+    cfg.spool.dir = Some(dir.path().join("spool"));
+    let cfg = cfg.finish().unwrap();
+    let (stop_agent, stop_rx) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(oomlens_agent::runner::run_agent(cfg, stop_rx));
+
+    let value = |text: &str, series: &str| -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let mut scraped = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        if let Some(r) = exact::http_get(telemetry, "/metrics").await {
+            let events = value(&r, "oomlens_agent_events_total{kind=\"cuda_oom\",source=\"simulator\"}");
+            let acked = value(&r, "oomlens_agent_batches_acked_total");
+            if events.unwrap_or(0.0) >= 1.0 && acked.unwrap_or(0.0) >= 10.0 {
+                scraped = r;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!scraped.is_empty(), "no OOM event or no acknowledged batch within 60 s");
+    let m = |series: &str| value(&scraped, series).unwrap_or_else(|| panic!("{series} missing:\n{scraped}"));
+    assert_eq!(m("oomlens_agent_connected"), 1.0);
+    assert!(m("oomlens_agent_connects_total") >= 1.0);
+    let (built, sent, acked) = (
+        m("oomlens_agent_batches_built_total"),
+        m("oomlens_agent_batches_sent_total"),
+        m("oomlens_agent_batches_acked_total"),
+    );
+    assert!(acked <= sent && sent <= built + 1.0, "built {built} ≥ sent {sent} ≥ acked {acked}");
+    assert!(m("oomlens_agent_ack_latency_seconds_count") >= 1.0, "every ack is timed");
+    let readings = m("oomlens_agent_gpu_samples_total");
+    assert!(readings >= 4.0 * 10.0, "4 GPUs read every simulated second: {readings}");
+    assert!(m("oomlens_agent_spool_bytes") >= 0.0);
+    // A labelled family has no series until something is dropped.
+    assert!(!scraped.contains("oomlens_agent_dropped_rows_total{"), "nothing dropped:\n{scraped}");
+    // The series are read one after another while the agent runs: bounds, not equalities.
+    let unacked = m("oomlens_agent_unacked_batches");
+    assert!((0.0..=built).contains(&unacked), "unacknowledged {unacked} of {built} built");
+
+    let _ = stop_agent.send(true);
+    let totals = tokio::time::timeout(Duration::from_secs(60), agent).await.unwrap().unwrap().unwrap();
+    collector.shutdown().await;
+    // What the scrape counted is a prefix of what the agent ended up sending and storing.
+    assert!(totals.gpu_samples as f64 >= readings);
+    assert!(totals.acked_batches as f64 >= acked);
+    let db = client(&ch.url());
+    let stored = count(&db, &format!("SELECT count() FROM oomlens.gpu_samples WHERE node = '{node}'")).await;
+    assert_eq!(stored, totals.gpu_samples, "every sample the agent counted as sent is stored");
+    let events = count(&db, &format!("SELECT count() FROM oomlens.oom_events WHERE node = '{node}'")).await;
+    assert!(events as f64 >= m("oomlens_agent_events_total{kind=\"cuda_oom\",source=\"simulator\"}"));
+}

@@ -150,21 +150,26 @@ impl Drop for RssSampler {
     }
 }
 
-/// `GET /readyz` of a telemetry endpoint: true on 200, false on anything else.
-pub async fn ready(addr: SocketAddr) -> bool {
+/// `GET path` of a telemetry endpoint (HTTP/1.0): the whole response, `None` when the endpoint
+/// did not answer within 2 s.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let Ok(Ok(mut s)) =
         tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await
     else {
-        return false;
+        return None;
     };
-    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n").await.is_err() {
-        return false;
-    }
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200")
-        || String::from_utf8_lossy(&out).starts_with("HTTP/1.0 200")
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await.ok()?.ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// `GET /readyz` of a telemetry endpoint: true on 200, false on anything else.
+pub async fn ready(addr: SocketAddr) -> bool {
+    http_get(addr, "/readyz")
+        .await
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
 }
 
 /// Waits up to `timeout` for `/readyz` to answer `want`.
