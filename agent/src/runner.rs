@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use oomlens_schema::Hello;
-use oomlens_schema::telemetry::Readiness;
+use oomlens_schema::telemetry::{Heartbeat, Readiness};
 use oomlens_schema::tls::TlsFiles;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
@@ -105,16 +105,31 @@ pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, 
     })
 }
 
+/// How long the sampler may go without taking a reading before `/healthz` reports the agent
+/// stalled (a wedged sampler or batcher): ten reading intervals of real time, at least 30 s (NVML
+/// calls that hang time out on their own threads well within that).
+fn sampler_max_silence(cfg: &AgentConfig) -> Duration {
+    let interval_ms = cfg.recorder_settings().sample_interval_ms().max(1) as f64;
+    let speed = if cfg.source.kind == SourceKind::Simulator { cfg.source.speed.max(1e-3) } else { 1.0 };
+    Duration::from_secs(30).max(Duration::from_secs_f64(10.0 * interval_ms / 1000.0 / speed))
+}
+
 /// Runs the agent until its source's duration ends (then drains) or `stop` turns true.
 pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Result<UplinkTotals, RunError> {
     let mut registry = Registry::default();
     let metrics = AgentMetrics::register(&mut registry);
     let readiness = Readiness::default();
+    let heartbeat = Heartbeat::watching(sampler_max_silence(&cfg));
     let telemetry = match cfg.telemetry.listen {
         Some(addr) => {
-            let (bound, task) = oomlens_schema::telemetry::serve(addr, Arc::new(registry), readiness.clone())
-                .await
-                .map_err(|source| RunError::Telemetry { addr, source })?;
+            let (bound, task) = oomlens_schema::telemetry::serve(
+                addr,
+                Arc::new(registry),
+                readiness.clone(),
+                heartbeat.clone(),
+            )
+            .await
+            .map_err(|source| RunError::Telemetry { addr, source })?;
             info!(%bound, "telemetry endpoint listening");
             Some(task)
         }
@@ -219,6 +234,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         },
         tx,
         sampler_stop.clone(),
+        heartbeat,
     )
     .map_err(RunError::Thread)?;
     let batcher = tokio::spawn(run_batcher(

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use oomlens_schema::telemetry::Heartbeat;
 use oomlens_schema::{Batch, OomEvent, limits};
 use tokio::sync::mpsc;
 use tracing::{error, warn};
@@ -57,6 +58,7 @@ pub fn spawn_sampler(
     cfg: SamplerConfig,
     tx: mpsc::Sender<Reading>,
     stop: Arc<AtomicBool>,
+    heartbeat: Heartbeat,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("oomlens-sampler".to_owned()).spawn(move || {
         let interval_ms = cfg.interval.as_millis().max(1) as i64;
@@ -79,6 +81,8 @@ pub fn spawn_sampler(
             if tx.blocking_send(reading).is_err() {
                 break;
             }
+            // The reading was taken and the batcher took it: both loops are alive (`/healthz`).
+            heartbeat.beat();
             tick += 1;
             let deadline = started + real_step.mul_f64(tick as f64);
             let now = Instant::now();
@@ -373,6 +377,10 @@ mod tests {
         let sim = Simulator::new("rec-node", SimConfig { seed: 5, gpus: 8, ..SimConfig::default() }, START)
             .unwrap();
         let (tx, rx) = mpsc::channel(64);
+        // Created long ago as far as `/healthz` is concerned: only the sampler's beats revive it.
+        let heartbeat = Heartbeat::watching(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!heartbeat.alive());
         let sampler = spawn_sampler(
             Box::new(sim),
             SamplerConfig {
@@ -382,6 +390,7 @@ mod tests {
             },
             tx,
             Arc::new(AtomicBool::new(false)),
+            heartbeat.clone(),
         )
         .unwrap();
         let sink = Arc::new(Collect::default());
@@ -391,6 +400,10 @@ mod tests {
         let detect = crate::detect::merge::EventStage::new(95.0, 0, 1024, None);
         run_batcher(rx, sink.clone(), cfg, metrics.clone(), recorder, detect).await;
         sampler.join().unwrap();
+        assert!(
+            heartbeat.since_last_beat().is_some_and(|age| age < Duration::from_secs(5)),
+            "the sampler beat"
+        );
 
         let batches = sink.0.lock().unwrap();
         let seqs: Vec<u64> = batches.iter().map(|b| b.seq).collect();

@@ -199,9 +199,14 @@ pub async fn start(
     let readiness = Readiness::default();
     let telemetry_addr = match cfg.telemetry.listen {
         Some(addr) => {
-            let (bound, task) = oomlens_schema::telemetry::serve(addr, Arc::new(registry), readiness.clone())
-                .await
-                .map_err(|source| ServiceError::Telemetry { addr, source })?;
+            let (bound, task) = oomlens_schema::telemetry::serve(
+                addr,
+                Arc::new(registry),
+                readiness.clone(),
+                oomlens_schema::telemetry::Heartbeat::always(),
+            )
+            .await
+            .map_err(|source| ServiceError::Telemetry { addr, source })?;
             background.push(task);
             Some(bound)
         }

@@ -1,11 +1,13 @@
 //! The HTTP telemetry endpoint (feature `telemetry`): `GET /metrics` (Prometheus text exposition of
-//! a `prometheus-client` registry), `GET /healthz` (process alive) and `GET /readyz` (200 only
+//! a `prometheus-client` registry), `GET /healthz` (alive: 200 unless the owner's [`Heartbeat`]
+//! has not beaten for its maximum age — a wedged main loop) and `GET /readyz` (200 only
 //! while the owner says it is ready, e.g. connected to ClickHouse / the collector) — plus the
 //! process-level plumbing every binary shares: log set-up and the stop signal.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -30,10 +32,67 @@ impl Readiness {
     }
 }
 
+/// Liveness for `/healthz`: the owner's main loop calls [`beat`](Self::beat) on every turn, and
+/// `/healthz` answers 503 once the last beat (or the creation) is older than the maximum age.
+/// [`Heartbeat::always`] has no loop to watch: `/healthz` answers 200 while the endpoint serves.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat(Option<Arc<HeartbeatState>>);
+
+#[derive(Debug)]
+struct HeartbeatState {
+    started: Instant,
+    /// Milliseconds after `started` of the last beat.
+    last_ms: AtomicU64,
+    max_age_ms: u64,
+}
+
+impl Heartbeat {
+    /// No loop to watch.
+    pub fn always() -> Self {
+        Heartbeat(None)
+    }
+
+    /// Alive while a beat comes at least every `max_age` (creation counts as the first beat).
+    pub fn watching(max_age: Duration) -> Self {
+        Heartbeat(Some(Arc::new(HeartbeatState {
+            started: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            max_age_ms: u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX),
+        })))
+    }
+
+    /// The watched loop made progress.
+    pub fn beat(&self) {
+        if let Some(s) = &self.0 {
+            s.last_ms.store(elapsed_ms(s.started), Ordering::Relaxed);
+        }
+    }
+
+    /// Time since the last beat, `None` without a loop to watch.
+    pub fn since_last_beat(&self) -> Option<Duration> {
+        self.0.as_ref().map(|s| {
+            Duration::from_millis(elapsed_ms(s.started).saturating_sub(s.last_ms.load(Ordering::Relaxed)))
+        })
+    }
+
+    /// False once the last beat is older than the maximum age.
+    pub fn alive(&self) -> bool {
+        match (&self.0, self.since_last_beat()) {
+            (Some(s), Some(age)) => age.as_millis() <= u128::from(s.max_age_ms),
+            _ => true,
+        }
+    }
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 #[derive(Clone)]
 struct AppState {
     registry: Arc<Registry>,
     ready: Readiness,
+    health: Heartbeat,
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -52,8 +111,13 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
+    if state.health.alive() {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        let age = state.health.since_last_beat().unwrap_or_default();
+        (StatusCode::SERVICE_UNAVAILABLE, format!("stalled: no progress for {} ms\n", age.as_millis()))
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
@@ -70,6 +134,7 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Arc<Registry>,
     ready: Readiness,
+    health: Heartbeat,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -77,7 +142,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { registry, ready });
+        .with_state(AppState { registry, ready, health });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "telemetry endpoint stopped");
@@ -121,4 +186,50 @@ pub fn stop_on_signal() -> tokio::sync::watch::Receiver<bool> {
         let _ = tx.send(true);
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn heartbeat_ages_and_beats() {
+        assert!(Heartbeat::always().alive());
+        assert_eq!(Heartbeat::always().since_last_beat(), None);
+        let h = Heartbeat::watching(Duration::from_millis(50));
+        assert!(h.alive(), "creation counts as a beat");
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!h.alive(), "no beat for longer than the maximum age");
+        h.clone().beat();
+        assert!(h.alive(), "clones share the beat");
+    }
+
+    #[tokio::test]
+    async fn endpoint_answers_metrics_health_and_readiness() {
+        let ready = Readiness::default();
+        let health = Heartbeat::watching(Duration::from_millis(100));
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (addr, task) =
+            serve(any, Arc::new(Registry::default()), ready.clone(), health.clone()).await.unwrap();
+        assert!(get(addr, "/metrics").await.starts_with("HTTP/1.0 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.0 503"));
+        ready.set(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.0 200"));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.0 200"));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let stalled = get(addr, "/healthz").await;
+        assert!(stalled.starts_with("HTTP/1.0 503") && stalled.contains("stalled"), "{stalled}");
+        health.beat();
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.0 200"));
+        task.abort();
+    }
 }
