@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_agent::config::{AgentConfig, SourceKind};
+use oomlens_agent::detect::parse::command::ParseCommandError;
 use oomlens_agent::nvml::{NvmlOptions, smoke_report};
 use oomlens_agent::runner::run_agent;
 
@@ -199,7 +200,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Man { out_dir } => write_man(out_dir)?,
         Command::Parse(args) => {
             let mut out = std::io::stdout().lock();
-            oomlens_agent::detect::parse::command::run(&args.files, args.format, args.json, &mut out)?;
+            match oomlens_agent::detect::parse::command::run(&args.files, args.format, args.json, &mut out) {
+                // The reader went away (`… | head`): what it wanted was written; stop quietly.
+                Err(ParseCommandError::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => {}
+            }
         }
         Command::HookListen(args) => {
             let (hook, workload) = args.configs()?;

@@ -1,7 +1,8 @@
 //! The `oomlens-agent` binary's configuration surface and generated files: the sample
 //! `deploy/systemd/agent.toml` parses and lists every key, `print-config` / `run --print-config`
 //! layer file, `OOMLENS_<SECTION>__<KEY>` variables and flags and refuse bad input, the systemd unit
-//! keeps its hardening, and the shell completions and man pages generate.
+//! keeps its hardening, the shell completions and man pages generate, and
+//! `parse` into a closed pipe stops quietly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -212,4 +213,28 @@ fn every_metric_is_documented_in_operations_md() {
         let base = w.strip_suffix("_total").or_else(|| w.strip_suffix("_bucket")).unwrap_or(w);
         assert!(names.iter().any(|n| n == base), "alerts.yaml uses unknown metric {w}");
     }
+}
+
+/// `oomlens-agent parse … | head -1`: the reader closing the pipe ends the command quietly and
+/// successfully, without an error or a backtrace.
+#[test]
+fn parse_into_a_closed_pipe_stops_quietly() {
+    use std::io::{BufRead as _, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kern.log");
+    let line = "NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=python, Ch 00000008\n";
+    std::fs::write(&log, line.repeat(50_000)).unwrap();
+    let mut child = bin()
+        .args(["parse", log.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    // The reader (and the pipe) is gone now.
+    let out = child.wait_with_output().unwrap();
+    assert!(first.contains("Xid 31"), "{first}");
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
