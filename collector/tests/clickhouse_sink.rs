@@ -351,6 +351,50 @@ async fn concurrent_flushes_commit_in_order() {
     shut_down(dev, ch).await;
 }
 
+/// `insert_lanes` > 1: one flush's sample rows are split by batch into that many `INSERT`s run at
+/// once — separate parts (merges stopped to see them), every row exactly once, one commit record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_flush_is_split_into_parallel_lanes() {
+    let dev = server();
+    let cfg = ChConfig { insert_lanes: 3, insert_max_rows: 10_000, insert_max_delay_ms: 300, ..config(&dev) };
+    let ch = migrated(&cfg).await;
+    for table in ["gpu_samples", "process_samples"] {
+        ch.execute(&format!("SYSTEM STOP MERGES {}", ch.table(table))).await.unwrap();
+    }
+    let (sink, task) = Sink::spawn(ch.clone(), &cfg, "collector-l".into());
+    let ids = [identity("node-l1"), identity("node-l2"), identity("node-l3"), identity("node-l4")];
+    let mut set = tokio::task::JoinSet::new();
+    for id in &ids {
+        for seq in 1..=3 {
+            let (sink, id) = (sink.clone(), id.clone());
+            set.spawn(async move { sink.store(&id, batch(seq, NOW)).await });
+        }
+    }
+    while let Some(res) = set.join_next().await {
+        res.unwrap().unwrap();
+    }
+    let stats = sink.stats();
+    assert_eq!(stats.insert_batches.load(std::sync::atomic::Ordering::Relaxed), 1, "one flush");
+    for id in &ids {
+        assert_eq!(count(&ch, "gpu_samples", &id.node).await, 3 * 3);
+        assert_eq!(count(&ch, "process_samples", &id.node).await, 2 * 3);
+        assert_eq!(sink.last_acked_seq(id).await.unwrap(), 3);
+    }
+    for table in ["gpu_samples", "process_samples"] {
+        let parts: Vec<String> = ch
+            .client()
+            .query(&format!("SELECT DISTINCT _part FROM {}", ch.table(table)))
+            .fetch_all()
+            .await
+            .unwrap();
+        assert_eq!(parts.len(), 3, "{table}: one part per lane: {parts:?}");
+        ch.execute(&format!("SYSTEM START MERGES {}", ch.table(table))).await.unwrap();
+    }
+    drop(sink);
+    tokio::time::timeout(Duration::from_secs(10), task.join()).await.unwrap().unwrap();
+    shut_down(dev, ch).await;
+}
+
 #[tokio::test]
 async fn dropping_every_handle_flushes_pending_batches_at_once() {
     let dev = server();

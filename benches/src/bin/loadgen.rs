@@ -102,6 +102,9 @@ struct Args {
     /// and older collectors that lack the key still start).
     #[arg(long)]
     insert_concurrency: Option<usize>,
+    /// Collector `clickhouse.insert_lanes` (not written when absent, as `--insert-concurrency`).
+    #[arg(long)]
+    insert_lanes: Option<usize>,
     /// Collector `collector.max_batches_in_flight`.
     #[arg(long, default_value_t = 64)]
     max_batches_in_flight: usize,
@@ -245,7 +248,7 @@ fn main() -> anyhow::Result<()> {
     report.frame_bytes_mean = bytes_mean;
     report.setup = format!(
         "{} agents ({} client sockets), {} GPUs, {} extra processes/GPU, {} s batches; collector insert_max_rows {}, \
-         insert_max_delay_ms {}, max_batches_in_flight {}, queue_capacity {}, insert_concurrency {}; agent max_in_flight {}",
+         insert_max_delay_ms {}, max_batches_in_flight {}, queue_capacity {}, insert_concurrency {}, insert_lanes {}; agent max_in_flight {}",
         args.agents,
         if args.sockets == 0 { args.agents } else { args.sockets },
         args.gpus,
@@ -256,6 +259,7 @@ fn main() -> anyhow::Result<()> {
         args.max_batches_in_flight,
         args.queue_capacity,
         args.insert_concurrency.map_or_else(|| "default".to_owned(), |n| n.to_string()),
+        args.insert_lanes.map_or_else(|| "default".to_owned(), |n| n.to_string()),
         args.max_in_flight
     );
 
@@ -344,8 +348,11 @@ impl CollectorProcess {
             extra.push_str(line);
             extra.push('\n');
         }
-        let concurrency =
+        let mut concurrency =
             args.insert_concurrency.map(|n| format!("insert_concurrency = {n}\n")).unwrap_or_default();
+        if let Some(lanes) = args.insert_lanes {
+            concurrency.push_str(&format!("insert_lanes = {lanes}\n"));
+        }
         let config = format!(
             "[collector]\nlisten = \"{quic}\"\ncollector_id = \"loadgen-collector\"\nca = {ca:?}\ncert = {cert:?}\n\
              key = {key:?}\nmax_connections = {max_conn}\nmax_batches_in_flight = {mbif}\nidle_timeout_ms = 30000\n\

@@ -8,7 +8,7 @@ use std::time::Duration;
 use oomlens_schema::ddl::Retention;
 use serde::{Deserialize, Serialize};
 
-/// Upper bound of `clickhouse.insert_concurrency`.
+/// Upper bound of `clickhouse.insert_concurrency` and `clickhouse.insert_lanes`.
 pub const MAX_INSERT_CONCURRENCY: usize = 16;
 
 /// ClickHouse connection and batching settings.
@@ -35,6 +35,10 @@ pub struct ChConfig {
     /// can leave the rows of a flush that overlapped the crashed one without their commit record
     /// (re-sent and stored again: raw duplicates, answers unchanged).
     pub insert_concurrency: usize,
+    /// `INSERT` statements per sample table that one flush is split into (by batch), run at once.
+    /// ClickHouse parses and writes one `INSERT` on one thread; the flush's commit record follows
+    /// all of them, so this widens nothing a crash could duplicate.
+    pub insert_lanes: usize,
     /// Batches that may wait for the writer before `store` blocks (backpressure).
     pub queue_capacity: usize,
     /// Timeout of one request (query or insert), in ms.
@@ -83,6 +87,7 @@ impl Default for ChConfig {
             insert_max_rows: 500_000,
             insert_max_delay_ms: 1000,
             insert_concurrency: 1,
+            insert_lanes: 2,
             queue_capacity: 256,
             request_timeout_ms: 30_000,
             cluster: String::new(),
@@ -152,6 +157,12 @@ impl ChConfig {
                 self.insert_concurrency
             ));
         }
+        if !(1..=MAX_INSERT_CONCURRENCY).contains(&self.insert_lanes) {
+            return Err(format!(
+                "clickhouse.insert_lanes must be between 1 and {MAX_INSERT_CONCURRENCY}, not {}",
+                self.insert_lanes
+            ));
+        }
         Ok(())
     }
 }
@@ -176,6 +187,7 @@ mod tests {
         assert_eq!(cfg.retention, Retention { samples_days: 7, events_days: 365 });
         assert_eq!(cfg.insert_max_delay(), Duration::from_millis(1000));
         assert_eq!(cfg.insert_concurrency, 1);
+        assert_eq!(cfg.insert_lanes, 2);
         assert!(cfg.validate().is_ok());
         assert_eq!(toml::from_str::<ChConfig>("").unwrap(), ChConfig::default());
     }
@@ -190,6 +202,10 @@ mod tests {
         cfg.url = "127.0.0.1:8123".into();
         assert!(cfg.validate().is_err());
         assert!(!is_identifier("1abc") && !is_identifier("") && is_identifier("_a1"));
+        for lanes in [0, MAX_INSERT_CONCURRENCY + 1] {
+            let bad = ChConfig { insert_lanes: lanes, ..ChConfig::default() };
+            assert!(bad.validate().unwrap_err().contains("clickhouse.insert_lanes"), "{lanes}");
+        }
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! recording `last_seq` are in ClickHouse.
 //!
 //! One writer task ([`SinkTask`]) gathers rows from many `store` calls until `insert_max_rows` rows
-//! or `insert_max_delay` have accumulated, then runs one RowBinary `INSERT` per table
-//! (`gpu_samples`, `process_samples`, `oom_events`, then `agents`) and completes every waiting
+//! or `insert_max_delay` have accumulated, then runs RowBinary `INSERT`s per table — the samples
+//! split by batch into `insert_lanes` inserts per table that run at once (`gpu_samples` then
+//! `process_samples` in each lane), then `oom_events`, then `agents` — and completes every waiting
 //! `store`. Up to `insert_concurrency` flushes insert at once; each writes its `agents` rows only
 //! after the previous flush wrote its own, and completes its waiters after that. When an insert fails (ClickHouse down or slow) it retries the same rows with
 //! exponential backoff (100 ms → 5 s), keeps the waiters pending and stops taking batches from the
@@ -222,6 +223,7 @@ impl Sink {
             max_rows: cfg.insert_max_rows.max(1),
             max_delay: cfg.insert_max_delay(),
             concurrency: cfg.insert_concurrency.max(1),
+            lanes: cfg.insert_lanes.max(1),
         };
         let handle = tokio::spawn(writer.run());
         (Sink { tx, ch, collector_id: collector_id.into(), stats }, SinkTask { handle })
@@ -329,11 +331,26 @@ impl From<ChError> for WriteError {
 
 use crate::fault::FaultPoint;
 
-/// Rows gathered for one flush.
+/// The sample rows of one flush that one `INSERT` per table carries (see [`Pending::lanes`]).
 #[derive(Default)]
-struct Pending {
+struct Lane {
     gpu: EncodedRows,
     process: EncodedRows,
+    /// (agent, seq) of the batches in this lane: its insert deduplication tokens.
+    batches: Vec<(AgentKey, u64)>,
+}
+
+impl Lane {
+    fn rows(&self) -> usize {
+        self.gpu.rows + self.process.rows
+    }
+}
+
+/// Rows gathered for one flush.
+struct Pending {
+    /// The flush's sample rows split into `insert_lanes` parts by batch (each batch whole in the
+    /// lane holding the fewest rows when it arrived); the lanes are inserted at once.
+    lanes: Vec<Lane>,
     events: Vec<OomEventRow>,
     agents: HashMap<AgentKey, AgentRow>,
     /// (agent, seq) of every batch in the flush: the insert deduplication tokens.
@@ -343,13 +360,27 @@ struct Pending {
 }
 
 impl Pending {
+    fn new(lanes: usize) -> Self {
+        Pending {
+            lanes: std::iter::repeat_with(Lane::default).take(lanes.max(1)).collect(),
+            events: Vec::new(),
+            agents: HashMap::new(),
+            batches: Vec::new(),
+            waiters: Vec::new(),
+            rows: 0,
+        }
+    }
+
     fn push(&mut self, job: Job) {
         let Job { samples, mut events, agent, done } = job;
         self.rows += samples.gpu.rows + samples.process.rows + events.len() + 1;
-        self.gpu.append(&samples.gpu);
-        self.process.append(&samples.process);
-        self.events.append(&mut events);
         let key = (agent.cluster.clone(), agent.node.clone(), agent.agent_id.clone(), agent.boot_id);
+        if let Some(lane) = self.lanes.iter_mut().min_by_key(|lane| lane.rows()) {
+            lane.gpu.append(&samples.gpu);
+            lane.process.append(&samples.process);
+            lane.batches.push((key.clone(), agent.last_seq));
+        }
+        self.events.append(&mut events);
         self.batches.push((key.clone(), agent.last_seq));
         match self.agents.get_mut(&key) {
             Some(existing) if existing.last_seq >= agent.last_seq => {
@@ -374,6 +405,8 @@ struct Writer {
     max_rows: usize,
     max_delay: Duration,
     concurrency: usize,
+    /// Parallel `INSERT`s per sample table in one flush.
+    lanes: usize,
 }
 
 /// Writes one flush (shared by the concurrent flush tasks).
@@ -424,7 +457,7 @@ impl Writer {
                 }
             };
             let Some(first) = first else { break };
-            let mut pending = Pending::default();
+            let mut pending = Pending::new(self.lanes);
             self.take(&mut pending, first);
             let deadline = tokio::time::Instant::now() + self.max_delay;
             while pending.rows < self.max_rows {
@@ -522,8 +555,11 @@ impl Flusher {
         p: &mut Pending,
         after: &mut Option<oneshot::Receiver<()>>,
     ) -> Result<(), WriteError> {
-        self.insert_encoded(GpuSampleRow::TABLE, &mut p.gpu, &p.batches).await?;
-        self.insert_encoded(ProcessSampleRow::TABLE, &mut p.process, &p.batches).await?;
+        // Every lane at once (each `INSERT` is parsed and written by one ClickHouse thread); all
+        // of them finish before the first error is returned, so a retry only repeats the lanes
+        // that failed.
+        let lanes = p.lanes.iter_mut().map(|lane| self.insert_lane(lane));
+        futures_util::future::join_all(lanes).await.into_iter().collect::<Result<(), ChError>>()?;
         self.insert(&mut p.events, &p.batches).await?;
         if self.fault(FaultPoint::AfterSamplesBeforeAgents) {
             return Err(WriteError::Crashed);
@@ -538,6 +574,12 @@ impl Flusher {
             p.agents.clear();
         }
         Ok(())
+    }
+
+    /// The sample rows of one lane: `gpu_samples`, then `process_samples`.
+    async fn insert_lane(&self, lane: &mut Lane) -> Result<(), ChError> {
+        self.insert_encoded(GpuSampleRow::TABLE, &mut lane.gpu, &lane.batches).await?;
+        self.insert_encoded(ProcessSampleRow::TABLE, &mut lane.process, &lane.batches).await
     }
 
     /// True when an armed fault point fires: the writer stops at once, as if the process died
