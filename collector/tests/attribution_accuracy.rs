@@ -58,25 +58,6 @@ fn without_shape(f: &OomFeatures) -> OomFeatures {
 /// tells.
 fn message_only(f: &OomFeatures) -> OomFeatures {
     OomFeatures {
-        params: None,
-        batch_size: None,
-        seq_len: None,
-        hidden: None,
-        layers: None,
-        heads: None,
-        precision: String::new(),
-        optimizer: String::new(),
-        zero_stage: None,
-        tensor_parallel: None,
-        pipeline_parallel: None,
-        data_parallel: None,
-        activation_checkpointing: None,
-        flash_attention: None,
-        params_per_gpu: None,
-        weight_bytes_per_param: None,
-        optimizer_bytes_per_param: None,
-        static_estimate_bytes: None,
-        attention_bytes: None,
         own_samples: 0,
         own_first_ts: 0,
         own_first_used: 0,
@@ -89,7 +70,7 @@ fn message_only(f: &OomFeatures) -> OomFeatures {
         others_last_bytes: 0,
         others_growth_bytes: 0,
         top_neighbour_growth_bytes: 0,
-        ..f.clone()
+        ..without_shape(f)
     }
 }
 

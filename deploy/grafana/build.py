@@ -218,21 +218,27 @@ panel(
 )
 # ------------------------------------------------------------------------------------- capacity
 row("Capacity", 39)
-HEADROOM_COLUMNS = (
-    "SELECT group_key AS {what}, gpus, round(samples / 3600, 1) AS gpu_hours,\n"
-    "    round(100 * used_quantiles[1], 1) AS p50_used_pct, round(100 * used_quantiles[2], 1) AS p95_used_pct,\n"
-    "    round(100 * used_quantiles[3], 1) AS p99_used_pct, round(100 * used_max, 1) AS max_used_pct,\n"
-    "    if(samples = 0, 0, round(100 * samples_above_90 / samples, 1)) AS time_above_90_pct\n"
-    "FROM ({{query}})\nORDER BY {order}\nLIMIT {limit}"
-)
-panel(
-    "table", "Capacity per cluster",
+
+
+def headroom_panel(title: str, desc: str, pos: tuple[int, int, int, int], by: str, order: str, limit: int) -> None:
+    """A table of the capacity report's headroom by `by` (collector/sql/capacity_headroom.sql)."""
+    panel(
+        "table", title, desc, pos,
+        wrap(f"SELECT group_key AS {by}, gpus, round(samples / 3600, 1) AS gpu_hours,\n"
+             "    round(100 * used_quantiles[1], 1) AS p50_used_pct, round(100 * used_quantiles[2], 1) AS p95_used_pct,\n"
+             "    round(100 * used_quantiles[3], 1) AS p99_used_pct, round(100 * used_max, 1) AS max_used_pct,\n"
+             "    if(samples = 0, 0, round(100 * samples_above_90 / samples, 1)) AS time_above_90_pct\n"
+             f"FROM ({{query}})\nORDER BY {order}\nLIMIT {limit}",
+             query_sql("collector", "capacity_headroom", {"by": f"'{by}'", "processes_by": f"'{by}'"})), FORMAT_TABLE,
+    )
+
+
+headroom_panel(
+    "Capacity per cluster",
     "The capacity report's headroom (oomlens report capacity --by cluster): GPUs, GPU hours sampled, "
     "p50/p95/p99 and max of used/total, share of the time at 90 % or more "
     "(collector/sql/capacity_headroom.sql on the per-minute rollups).",
-    (0, 40, 16, 7),
-    wrap(HEADROOM_COLUMNS.format(what="cluster", order="cluster", limit=100),
-         query_sql("collector", "capacity_headroom", {"by": "'cluster'", "processes_by": "'cluster'"})), FORMAT_TABLE,
+    (0, 40, 16, 7), "cluster", "cluster", 100,
 )
 panel(
     "barchart", "OOMs per kind and ground truth",
@@ -255,15 +261,14 @@ panel(
     options={"orientation": "horizontal", "xField": "what"},
 )
 
-panel(
-    "table", "Workloads closest to the edge",
+headroom_panel(
+    "Workloads closest to the edge",
     "The capacity report by workload (oomlens report capacity --by workload): a GPU second belongs "
     "to the workload holding the most memory on that GPU in its minute; highest p99 of used/total "
     "first (collector/sql/capacity_headroom.sql on the per-minute rollups).",
-    (0, 54, 24, 8),
-    wrap(HEADROOM_COLUMNS.format(what="workload", order="p99_used_pct DESC, max_used_pct DESC, workload", limit=20),
-         query_sql("collector", "capacity_headroom", {"by": "'workload'", "processes_by": "'workload'"})), FORMAT_TABLE,
+    (0, 54, 24, 8), "workload", "p99_used_pct DESC, max_used_pct DESC, workload", 20,
 )
+
 
 # ------------------------------------------------------------------------- variables, annotations
 def query_variable(name: str, label: str, sql: str) -> dict:
