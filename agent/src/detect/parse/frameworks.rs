@@ -14,6 +14,7 @@
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
 //! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)` | `vllm` |
+//! | Accelerate | `No executable batch size found, reached zero.` (`find_executable_batch_size` caught an OOM at every batch size down to 0; the OOMs themselves are not printed) | `accelerate` |
 //!
 //! Wrappers (vLLM workers, DeepSpeed, Accelerate, torchrun) print the underlying framework's error
 //! behind their own prefixes (`prefix.rs`); the event keeps the underlying framework.
@@ -50,6 +51,8 @@ pub enum Family {
     Ggml,
     /// vLLM's own memory checks.
     Vllm,
+    /// Hugging Face Accelerate's automatic batch-size search giving up.
+    Accelerate,
 }
 
 impl Family {
@@ -66,7 +69,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("alloc")
         || c.contains("oom")
         || c.contains("out_of_memory")
-        || c.contains("resource_exhausted"))
+        || c.contains("resource_exhausted")
+        || c.contains("executablebatchsize"))
     {
         return None;
     }
@@ -122,6 +126,9 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Vllm);
     }
+    if c.contains("noexecutablebatchsizefound") {
+        return Some(Family::Accelerate);
+    }
     None
 }
 
@@ -138,6 +145,8 @@ pub fn absorbs(pending: Family, new: Family) -> bool {
         Cublas => matches!(new, Cublas),
         Cudnn => matches!(new, Cudnn),
         Hip => matches!(new, Hip),
+        // Its traceback shows the `raise` line, then the exception: one failure.
+        Accelerate => matches!(new, Accelerate),
         Torch | TfTensor | Cupy | Vllm => false,
     }
 }
@@ -201,7 +210,7 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
                     .any(|k| c.starts_with(k) && c.as_bytes().get(k.len()).is_some_and(u8::is_ascii_digit))
                 || c == "stats:"
         }
-        Family::Jax | Family::Cupy | Family::Vllm => false,
+        Family::Jax | Family::Cupy | Family::Vllm | Family::Accelerate => false,
     }
 }
 
@@ -397,6 +406,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
         by_src("tensorflow")
     } else if has(Family::Vllm) {
         "vllm"
+    } else if has(Family::Accelerate) {
+        "accelerate"
     } else if has(Family::Cupy) {
         "cupy"
     } else if has(Family::Ggml) || (has(Family::Cuda) && c.contains("ggml")) {
@@ -462,6 +473,7 @@ mod tests {
                 "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
                 Family::Vllm,
             ),
+            ("RuntimeError: No executable batch size found, reached zero.", Family::Accelerate),
         ] {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
