@@ -197,6 +197,23 @@ async fn run_with_clickhouse(
     Ok(DemoOutcome { table_counts, sent, events, attributions, elapsed: started.elapsed() })
 }
 
+/// How long interrupted agents get to send what they hold and exit before they are killed.
+const AGENT_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Ctrl-C: SIGTERM to every agent (each stops sampling, drains its uplink and exits), waits up to
+/// [`AGENT_STOP_GRACE`] for all of them, kills the rest and reaps every child.
+async fn stop_agents(agents: &mut [Agent]) {
+    for pid in agents.iter().filter_map(|a| a.child.id()) {
+        crate::devch::signal_process(pid, libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + AGENT_STOP_GRACE;
+    for a in agents.iter_mut() {
+        if tokio::time::timeout_at(deadline, a.child.wait()).await.is_err() {
+            let _ = a.child.kill().await;
+        }
+    }
+}
+
 async fn run_fleet(
     cfg: &DemoConfig,
     dir: &Path,
@@ -276,9 +293,7 @@ async fn run_fleet(
     while remaining > 0 {
         if *stop.borrow() {
             bar.abandon_with_message("interrupted");
-            for a in &mut agents {
-                let _ = a.child.start_kill();
-            }
+            stop_agents(&mut agents).await;
             return Err(DemoError::Interrupted);
         }
         let sim = (begun.elapsed().as_secs_f64() * cfg.speed) as u64;

@@ -469,16 +469,29 @@ impl Drop for DevClickHouse {
 }
 
 /// Sends `sig` to the process group led by `pid` (the server was spawned with `process_group(0)`).
-#[allow(unsafe_code)]
 fn signal_group(pid: u32, sig: libc::c_int) {
-    let Ok(pgid) = libc::pid_t::try_from(pid) else { return };
-    if pgid <= 1 {
-        return;
+    if let Ok(pgid) = libc::pid_t::try_from(pid)
+        && pgid > 1
+    {
+        // A negative pid addresses the process group we created for the server, never our own.
+        send_signal(-pgid, sig);
     }
-    // SAFETY: kill(2) takes plain integers and has no memory-safety preconditions; a negative pid
-    // addresses the process group we created for the server, never our own group.
+}
+
+/// Sends `sig` to one child process `pid` (e.g. SIGTERM to an agent the demo started).
+pub(crate) fn signal_process(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid)
+        && pid > 1
+    {
+        send_signal(pid, sig);
+    }
+}
+
+#[allow(unsafe_code)]
+fn send_signal(target: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill(2) takes plain integers and has no memory-safety preconditions.
     unsafe {
-        libc::kill(-pgid, sig);
+        libc::kill(target, sig);
     }
 }
 
