@@ -59,12 +59,11 @@ fn demo_stores_every_row_and_ends_with_the_attribution_report() {
 fn ctrl_c_stops_the_demo_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     // Long enough to be interrupted mid-run.
-    let mut child =
-        demo(&["--nodes", "2", "--gpus", "2", "--duration-s", "3600", "--speed", "10"], dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    let child = demo(&["--nodes", "2", "--gpus", "2", "--duration-s", "3600", "--speed", "10"], dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while running_in(dir.path(), "oomlens-agent run ").len() < 2 {
         assert!(Instant::now() < deadline, "the demo never started its agents");
@@ -77,6 +76,9 @@ fn ctrl_c_stops_the_demo_cleanly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "an interrupted demo does not report success");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(running_in(dir.path(), "oomlens-agent run ").is_empty(), "agents terminated and reaped: {stderr}");
+    assert!(
+        running_in(dir.path(), "oomlens-agent run ").is_empty(),
+        "agents terminated and reaped: {stderr}"
+    );
     assert!(running_in(dir.path(), "clickhouse").is_empty(), "its ClickHouse stopped: {stderr}");
 }
