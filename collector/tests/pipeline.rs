@@ -319,3 +319,102 @@ async fn agent_metrics_report_what_the_agent_did() {
     let events = count(&db, &format!("SELECT count() FROM oomlens.oom_events WHERE node = '{node}'")).await;
     assert!(events as f64 >= m("oomlens_agent_events_total{kind=\"cuda_oom\",source=\"simulator\"}"));
 }
+
+/// The job-log follower and the hook socket through the running agent, the collector and
+/// ClickHouse (issue 3 §1, §3): a PyTorch 2.x message appended to a followed job log and a report
+/// sent to the hook socket become `oom_events` rows with their numbers, source and framework.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn log_and_hook_reports_reach_clickhouse() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-detect";
+    let pki = pki(dir.path(), &[node]);
+    let (collector, _stop) =
+        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    let job_log = jobs.join("train-7.log");
+    std::fs::write(&job_log, "step 1 loss 2.31\n").unwrap();
+    let socket = dir.path().join("hook.sock");
+    let mut cfg = agent_config(&pki, node, collector.addr, 14, 3600, 5.0);
+    cfg.logs.paths = vec![format!("{}/*.log", jobs.display())];
+    cfg.logs.state_file = dir.path().join("log-offsets.json");
+    cfg.logs.poll_interval_ms = 50;
+    cfg.logs.rescan_interval_ms = 200;
+    cfg.hook.enabled = true;
+    cfg.hook.path = socket.clone();
+    let cfg = cfg.finish().unwrap();
+    let (stop_agent, stop_rx) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(oomlens_agent::runner::run_agent(cfg, stop_rx));
+    assert!(wait_until(Duration::from_secs(30), || socket.exists()).await, "the hook socket appeared");
+    // Let the follower find the file and take its end as the starting point.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total \
+                   capacity of 79.11 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has \
+                   77.00 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 6.00 GiB \
+                   is reserved by PyTorch but unallocated.\n";
+    let mut f = std::fs::OpenOptions::new().append(true).open(&job_log).unwrap();
+    std::io::Write::write_all(&mut f, message.as_bytes()).unwrap();
+    drop(f);
+
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let report = serde_json::json!({
+        "v": 1, "type": "oom", "gpu_index": 1, "requested_bytes": 1u64 << 30, "phase": "forward",
+        "framework": "pytorch", "message": "torch.OutOfMemoryError: CUDA out of memory (hook)",
+        "memory_stats": {"allocated_bytes.all.current": 30u64 << 30, "reserved_bytes.all.current": 31u64 << 30},
+        "job": {"batch": 64, "seq_len": 2048},
+    });
+    write.write_all(format!("{report}\n").as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    tokio::io::BufReader::new(read).read_line(&mut reply).await.unwrap();
+    assert!(reply.contains("\"ok\":true"), "{reply}");
+
+    #[derive(Debug, clickhouse::Row, serde::Deserialize)]
+    struct Row {
+        source: String,
+        framework: String,
+        gpu_index: Option<u32>,
+        pid: Option<u32>,
+        requested_bytes: Option<u64>,
+        capacity_bytes: Option<u64>,
+        allocated_bytes: Option<u64>,
+        reserved_bytes: Option<u64>,
+        phase: String,
+        batch_size: Option<u32>,
+    }
+    let db = client(&ch.url());
+    let query = "SELECT source, framework, gpu_index, pid, requested_bytes, capacity_bytes, allocated_bytes, \
+                 reserved_bytes, phase, batch_size FROM oomlens.oom_events WHERE node = ? AND source IN ('log', 'hook') \
+                 ORDER BY source";
+    let mut rows = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        rows = db.query(query).bind(node).fetch_all::<Row>().await.unwrap();
+        if rows.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = stop_agent.send(true);
+    tokio::time::timeout(Duration::from_secs(60), agent).await.unwrap().unwrap().unwrap();
+    collector.shutdown().await;
+
+    assert_eq!(rows.len(), 2, "one row per report: {rows:?}");
+    let (hook, log) = (&rows[0], &rows[1]);
+    assert_eq!((hook.source.as_str(), log.source.as_str()), ("hook", "log"));
+    const GIB: f64 = (1u64 << 30) as f64;
+    assert_eq!(log.framework, "pytorch");
+    assert_eq!(log.gpu_index, Some(3));
+    assert_eq!(log.requested_bytes, Some(2 << 30));
+    assert_eq!(log.capacity_bytes, Some((79.11 * GIB).round() as u64));
+    assert_eq!(log.allocated_bytes, Some(70 << 30));
+    assert_eq!(log.reserved_bytes, Some(76 << 30), "allocated + reserved but unallocated");
+    assert_eq!(hook.gpu_index, Some(1));
+    assert_eq!(hook.pid, Some(std::process::id()), "the kernel's view of the peer (SO_PEERCRED)");
+    assert_eq!(hook.requested_bytes, Some(1 << 30));
+    assert_eq!((hook.allocated_bytes, hook.reserved_bytes), (Some(30 << 30), Some(31 << 30)));
+    assert_eq!((hook.phase.as_str(), hook.batch_size), ("forward", Some(64)));
+}
