@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use oomlens_schema::tls::{TlsError, TlsFiles};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
-use oomlens_schema::{Ack, ErrorCode, ErrorReply, Frame, Hello, Welcome};
+use oomlens_schema::{Ack, ErrorCode, ErrorReply, Frame, Hello, Welcome, limits};
 use oomlens_schema::{FrameHeader, HEADER_LEN};
 use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::CertificateDer;
@@ -143,6 +143,15 @@ impl SessionError {
             SessionError::Storage(e) => (ErrorCode::Unavailable, e.to_string()),
             _ => return None,
         };
+        // The agent refuses error texts over the limit: cut long ones (at a character boundary).
+        let mut message = message;
+        if message.len() > limits::MAX_RAW_MESSAGE {
+            let mut end = limits::MAX_RAW_MESSAGE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+        }
         Some(ErrorReply { code: code as u16, message })
     }
 }

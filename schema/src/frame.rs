@@ -285,7 +285,9 @@ fn decode_v1(kind: FrameKind, payload: &[u8]) -> Result<Frame, FrameError> {
             Frame::Hello(v)
         }
         FrameKind::Welcome => {
-            Frame::Welcome(rkyv::from_bytes::<v1::Welcome, BoxedError>(&aligned).map_err(invalid)?)
+            let v = rkyv::from_bytes::<v1::Welcome, BoxedError>(&aligned).map_err(invalid)?;
+            v.check_limits()?;
+            Frame::Welcome(v)
         }
         FrameKind::Batch => {
             let v = rkyv::from_bytes::<v1::Batch, BoxedError>(&aligned).map_err(invalid)?;
@@ -294,7 +296,9 @@ fn decode_v1(kind: FrameKind, payload: &[u8]) -> Result<Frame, FrameError> {
         }
         FrameKind::Ack => Frame::Ack(rkyv::from_bytes::<v1::Ack, BoxedError>(&aligned).map_err(invalid)?),
         FrameKind::Error => {
-            Frame::Error(rkyv::from_bytes::<v1::ErrorReply, BoxedError>(&aligned).map_err(invalid)?)
+            let v = rkyv::from_bytes::<v1::ErrorReply, BoxedError>(&aligned).map_err(invalid)?;
+            v.check_limits()?;
+            Frame::Error(v)
         }
     };
     Ok(frame)

@@ -5,7 +5,7 @@
 //! bound. Memory needed to decode a frame is already bounded by [`MAX_FRAME_PAYLOAD`], because every
 //! archived string or vector lies inside the payload.
 
-use crate::wire::v1::{Batch, GpuInfo, Hello, JobShape, Label, OomEvent, ProcessSample};
+use crate::wire::v1::{Batch, ErrorReply, GpuInfo, Hello, JobShape, Label, OomEvent, ProcessSample, Welcome};
 
 /// Largest payload of one frame, bytes.
 pub const MAX_FRAME_PAYLOAD: u32 = 8 * 1024 * 1024;
@@ -82,6 +82,18 @@ impl WithinLimits for Hello {
     }
 }
 
+impl WithinLimits for Welcome {
+    fn check_limits(&self) -> Result<(), LimitError> {
+        check_str("collector_id", &self.collector_id)
+    }
+}
+
+impl WithinLimits for ErrorReply {
+    fn check_limits(&self) -> Result<(), LimitError> {
+        check("error.message", self.message.len(), MAX_RAW_MESSAGE)
+    }
+}
+
 impl WithinLimits for ProcessSample {
     fn check_limits(&self) -> Result<(), LimitError> {
         check_str("process.name", &self.name)?;
@@ -130,5 +142,12 @@ mod tests {
 
         let batch = Batch { events: vec![OomEvent::default(); MAX_EVENTS + 1], ..Batch::default() };
         assert_eq!(batch.check_limits().unwrap_err().field, "events");
+
+        // The collector's frames too: an agent does not hold an unbounded id or error text.
+        let welcome = Welcome { collector_id: "c".repeat(MAX_STRING + 1), last_acked_seq: 0 };
+        assert_eq!(welcome.check_limits().unwrap_err().field, "collector_id");
+        let error = ErrorReply { code: 1, message: "e".repeat(MAX_RAW_MESSAGE + 1) };
+        assert_eq!(error.check_limits().unwrap_err().field, "error.message");
+        assert!(ErrorReply { code: 1, message: "bad frame".into() }.check_limits().is_ok());
     }
 }
