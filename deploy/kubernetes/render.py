@@ -283,7 +283,49 @@ def collector_objects(c):
         "metadata": meta(c, "oomlens-collector", "collector"),
         "spec": {"minAvailable": c.v("collector.pdbMinAvailable"), "selector": {"matchLabels": selector("collector")}},
     }
-    return [config_map, deployment, service, pdb]
+    # Schema upgrades before the collectors roll (docs/operations.md, "Upgrades"): a one-off
+    # migration — possibly hours of rollup backfill on a large fleet — must not run inside a
+    # collector pod, whose startup probe would kill it. Helm runs this Job before every upgrade and
+    # waits for it (`helm upgrade --timeout` must cover a backfill); on the first install the
+    # tables are empty and the collectors migrate at start. It reads the ConfigMap of the release
+    # being upgraded. Applied as a plain manifest it simply runs `migrate` once (idempotent).
+    migrate_container = {
+        "name": "migrate",
+        "image": c.v("collector.image"),
+        "imagePullPolicy": c.v("collector.imagePullPolicy"),
+        "args": ["migrate", "--config", "/etc/oomlens/config/collector.toml"],
+        "env": container["env"],
+        "resources": c.v("collector.resources"),
+        "securityContext": container["securityContext"],
+        "volumeMounts": [{"name": "config", "mountPath": "/etc/oomlens/config", "readOnly": True}],
+    }
+    migrate_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            **meta(c, "oomlens-migrate", "migrate"),
+            "annotations": {
+                "helm.sh/hook": "pre-upgrade",
+                "helm.sh/hook-weight": "0",
+                "helm.sh/hook-delete-policy": "before-hook-creation",
+            },
+        },
+        "spec": {
+            "backoffLimit": 3,
+            "activeDeadlineSeconds": c.v("collector.migrateDeadlineSeconds"),
+            "template": {
+                "metadata": {"labels": labels("migrate")},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "automountServiceAccountToken": False,
+                    "securityContext": deployment["spec"]["template"]["spec"]["securityContext"],
+                    "containers": [migrate_container],
+                    "volumes": [{"name": "config", "configMap": {"name": "oomlens-collector"}}],
+                },
+            },
+        },
+    }
+    return [config_map, deployment, service, pdb, migrate_job]
 
 
 def private_key():

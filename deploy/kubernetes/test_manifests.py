@@ -114,7 +114,7 @@ class Schemas(unittest.TestCase):
         docs = [d for d in load_manifests() if not d["apiVersion"].startswith("cert-manager.io/")]
         self.assertEqual(
             sorted(d["kind"] for d in docs),
-            sorted(["ConfigMap", "DaemonSet", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]),
+            sorted(["ConfigMap", "DaemonSet", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "Job"]),
         )
         for d in docs:
             with self.subTest(kind=d["kind"], name=d["metadata"]["name"]):
@@ -222,6 +222,23 @@ class Invariants(unittest.TestCase):
         self.assertIs(self.agent["securityContext"]["privileged"], lookup(values(), "agent.privileged"))
         self.assertTrue(self.agent["securityContext"]["privileged"])
         self.assertEqual(self.agent["securityContext"]["capabilities"].get("add"), ["SYSLOG"])
+
+    def test_schema_migration_job_runs_before_upgrades(self):
+        job = by_kind(self.docs, "Job", "oomlens-migrate")[0]
+        ann = job["metadata"]["annotations"]
+        self.assertEqual(ann["helm.sh/hook"], "pre-upgrade")
+        self.assertEqual(ann["helm.sh/hook-delete-policy"], "before-hook-creation")
+        self.assertGreaterEqual(job["spec"]["activeDeadlineSeconds"], 3 * 3600, "room for a rollup backfill")
+        pod = job["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        self.assertEqual(c["args"][0], "migrate")
+        dep = by_kind(self.docs, "Deployment", "oomlens-collector")[0]["spec"]["template"]["spec"]
+        (collector,) = dep["containers"]
+        # The same image, ClickHouse settings and credentials as the collectors it prepares.
+        self.assertEqual((c["image"], c["env"]), (collector["image"], collector["env"]))
+        self.assertEqual(c["args"][1:], collector["args"][1:])
+        self.assertEqual(pod["securityContext"], dep["securityContext"])
+        self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
 
     def test_collector_service_pdb_and_tls(self):
         dep = by_kind(self.docs, "Deployment", "oomlens-collector")[0]
