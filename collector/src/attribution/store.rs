@@ -470,10 +470,12 @@ async fn rescore_outdated(
     opts: &AttributeOptions,
 ) -> Result<u64, AttributionError> {
     let table = table(db)?;
-    // The common case, cheaply: no row of an older version in the range at all.
+    // The common case, cheaply: no row of an older version in the range at all. (A column, not a
+    // constant, in the subquery: through `Distributed` tables 18.16 loses constant columns whose
+    // value differs from the shards' header — "Cannot find column `2` in source stream".)
     let any_old = client
         .query(&format!(
-            "SELECT count() FROM (SELECT 1 FROM {table} WHERE ts_ms >= ? AND ts_ms < ? AND rules_version < ? LIMIT 1)"
+            "SELECT count() FROM (SELECT event_id FROM {table} WHERE ts_ms >= ? AND ts_ms < ? AND rules_version < ? LIMIT 1)"
         ))
         .bind(opts.since_ms)
         .bind(opts.until_ms)
