@@ -164,14 +164,18 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
 
     // Partial data: the message alone (no job shape, no samples) still attributes most events,
     // with lower confidence and the missing data named.
-    let partial: Vec<AttributedEvent> = events
-        .iter()
-        .map(|e| {
-            let features = message_only(&e.features);
-            let attribution = attribute(&features);
-            AttributedEvent { features, attribution }
-        })
-        .collect();
+    // The same events with some of their features removed, attributed again.
+    let reattributed = |strip: fn(&OomFeatures) -> OomFeatures| -> Vec<AttributedEvent> {
+        events
+            .iter()
+            .map(|e| {
+                let features = strip(&e.features);
+                let attribution = attribute(&features);
+                AttributedEvent { features, attribution }
+            })
+            .collect()
+    };
+    let partial = reattributed(message_only);
     let partial_matrix = ConfusionMatrix::from_events(&partial);
     println!("message only (no job shape, no process samples):\n{partial_matrix}");
     for (p, e) in partial.iter().zip(&events) {
@@ -181,14 +185,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
         }
     }
     assert!(partial_matrix.macro_accuracy().unwrap() >= 0.7, "{partial_matrix}");
-    let no_shape: Vec<AttributedEvent> = events
-        .iter()
-        .map(|e| {
-            let features = without_shape(&e.features);
-            let attribution = attribute(&features);
-            AttributedEvent { features, attribution }
-        })
-        .collect();
+    let no_shape = reattributed(without_shape);
     let no_shape_matrix = ConfusionMatrix::from_events(&no_shape);
     println!("samples without a job shape:\n{no_shape_matrix}");
     // Without the shape the samples still tell a step's activations (within the swing before)

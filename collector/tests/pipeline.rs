@@ -10,6 +10,9 @@ use std::time::Duration;
 use common::*;
 use oomlens_agent::sim::Simulator;
 use oomlens_agent::source::Source;
+use oomlens_collector::certs::DevPki;
+use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::service::RunningCollector;
 use oomlens_schema::OomEvent;
 
 /// Replays the simulator exactly as the agent's sampler drives it and returns its events.
@@ -21,6 +24,19 @@ fn expected_events(node: &str, seed: u64, duration_s: u64) -> Vec<OomEvent> {
 
 fn agent_config_for_replay(seed: u64) -> oomlens_agent::sim::SimConfig {
     oomlens_agent::sim::SimConfig { gpus: 4, seed, ..Default::default() }
+}
+
+/// A throw-away ClickHouse, a temp directory, certificates for `node` and a collector on a free
+/// loopback port: what every single-agent test here starts with.
+async fn one_node_collector(
+    node: &str,
+) -> (DevClickHouse, tempfile::TempDir, DevPki, RunningCollector, tokio::sync::watch::Sender<bool>) {
+    let ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &[node]);
+    let (collector, stop) =
+        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    (ch, dir, pki, collector, stop)
 }
 
 #[derive(Debug, clickhouse::Row, serde::Deserialize)]
@@ -197,12 +213,8 @@ async fn collector_restart_mid_run_loses_no_batch() {
 /// at the normal 1 s interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_fast_curve_before_every_oom_is_stored() {
-    let ch = start_clickhouse();
-    let dir = tempfile::tempdir().unwrap();
     let node = "node-rec";
-    let pki = pki(dir.path(), &[node]);
-    let (collector, _stop) =
-        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let (ch, _dir, pki, collector, _stop) = one_node_collector(node).await;
     let duration_s = 240;
     let mut cfg = agent_config(&pki, node, collector.addr, 11, duration_s, 200.0);
     cfg.recorder.enabled = true;
@@ -257,12 +269,8 @@ async fn the_fast_curve_before_every_oom_is_stored() {
 /// spool, consistent with each other and with what reached ClickHouse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_metrics_report_what_the_agent_did() {
-    let ch = start_clickhouse();
-    let dir = tempfile::tempdir().unwrap();
     let node = "node-metrics";
-    let pki = pki(dir.path(), &[node]);
-    let (collector, _stop) =
-        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let (ch, dir, pki, collector, _stop) = one_node_collector(node).await;
     let telemetry = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut cfg = agent_config(&pki, node, collector.addr, 12, 3600, 50.0);
     cfg.telemetry.listen = Some(telemetry);
@@ -326,12 +334,8 @@ async fn agent_metrics_report_what_the_agent_did() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn log_and_hook_reports_reach_clickhouse() {
     use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-    let ch = start_clickhouse();
-    let dir = tempfile::tempdir().unwrap();
     let node = "node-detect";
-    let pki = pki(dir.path(), &[node]);
-    let (collector, _stop) =
-        start_collector(collector_config(&pki, &ch.url(), SocketAddr::from(([127, 0, 0, 1], 0)))).await;
+    let (ch, dir, pki, collector, _stop) = one_node_collector(node).await;
     let jobs = dir.path().join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
     let job_log = jobs.join("train-7.log");
