@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod detect;
+pub mod hash;
 pub mod metrics;
 pub mod nvml;
 pub mod recorder;

@@ -563,9 +563,7 @@ pub fn first_collector(agent_id: &str, endpoints: usize) -> usize {
     }
     // FNV-1a (stable across builds, unlike `DefaultHasher`), then the SplitMix64 finaliser so that
     // ids differing only in their last characters (node-001, node-002, …) spread too.
-    let mut h = agent_id
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let mut h = crate::hash::fnv1a64(agent_id.as_bytes());
     h ^= h >> 30;
     h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h ^= h >> 27;

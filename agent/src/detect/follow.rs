@@ -772,14 +772,9 @@ fn take_bytes(t: &mut Tracked, bytes: &[u8], max: usize) {
 /// [`FINGERPRINT_BYTES`]), the offset and the line's hash; never 0.
 fn event_id(t: &Tracked, start: &LineStart) -> u64 {
     let head = head_fingerprint(&t.file, start.offset);
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for word in [t.dev, t.ino, u64::from(head.len), head.hash, start.offset, start.line_hash] {
-        for b in word.to_le_bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    hash | 1
+    let words = [t.dev, t.ino, u64::from(head.len), head.hash, start.offset, start.line_hash];
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    crate::hash::fnv1a64(&bytes) | 1
 }
 
 fn line_text(bytes: &[u8]) -> String {

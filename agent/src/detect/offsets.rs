@@ -30,12 +30,7 @@ impl Fingerprint {
     /// The fingerprint of `head` (at most [`FINGERPRINT_BYTES`] of it are used).
     pub fn of(head: &[u8]) -> Self {
         let head = &head[..head.len().min(FINGERPRINT_BYTES)];
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in head {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        Fingerprint { len: head.len() as u32, hash }
+        Fingerprint { len: head.len() as u32, hash: crate::hash::fnv1a64(head) }
     }
 }
 

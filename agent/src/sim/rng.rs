@@ -13,15 +13,7 @@ use rand_chacha::ChaCha8Rng;
 /// The simulator's RNG.
 pub(crate) type SimRng = ChaCha8Rng;
 
-/// FNV-1a 64-bit hash: stable across Rust versions and platforms (unlike `DefaultHasher`).
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub(crate) use crate::hash::fnv1a64;
 
 /// SplitMix64 finaliser: a good 64-bit mixer.
 pub(crate) fn splitmix64(mut x: u64) -> u64 {
@@ -48,13 +40,6 @@ pub(crate) fn noise(parts: &[u64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fnv_is_the_reference_function() {
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-    }
 
     #[test]
     fn noise_is_in_range_and_stable() {
