@@ -152,53 +152,11 @@ pub fn line_time_ms(format: LineFormat, raw: &str) -> Option<i64> {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` → Unix epoch ms (fraction truncated to ms).
+/// An RFC 3339 time (`YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`) → Unix epoch ms (the fraction
+/// truncated to ms); `None` when it does not parse.
 pub fn rfc3339_ms(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        if t.bytes().all(|c| c.is_ascii_digit()) { t.parse().ok() } else { None }
-    };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut ms = 0i64;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        for (i, c) in frac.bytes().take(3).enumerate().take(digits) {
-            ms += i64::from(c - b'0') * [100, 10, 1][i];
-        }
-        rest = &frac[digits..];
-    }
-    let offset_s = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && matches!(rest.as_bytes()[0], b'+' | b'-') && rest.as_bytes()[3] == b':' => {
-            let v = num(s.len() - 5..s.len() - 3)? * 3600 + num(s.len() - 2..s.len())? * 60;
-            if rest.starts_with('-') { -v } else { v }
-        }
-        _ => return None,
-    };
-    // Days since 1970-01-01 of the civil date (H. Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600 + mi * 60 + sec - offset_s) * 1000 + ms)
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
 }
 
 /// Decodes a stream of physical lines, joining partial fragments (per stream: a CRI `P` line of
