@@ -132,13 +132,18 @@ impl ParserHandler {
         Found { event: p.to_event(0), start }
     }
 
-    /// Forgets the starts of lines no open event (or waiting fragment) can start at.
-    fn prune(&mut self) {
-        let keep_from = [self.parser.earliest_open_line(), self.decoder.earliest_partial()]
+    /// The first physical line an open event (or a fragment waiting for its end) may start at.
+    fn keep_from(&self) -> u64 {
+        [self.parser.earliest_open_line(), self.decoder.earliest_partial()]
             .into_iter()
             .flatten()
             .min()
-            .unwrap_or(self.fed + 1);
+            .unwrap_or(self.fed + 1)
+    }
+
+    /// Forgets the starts of lines no open event (or waiting fragment) can start at.
+    fn prune(&mut self) {
+        let keep_from = self.keep_from();
         while self.starts.front().is_some_and(|(n, _)| *n < keep_from) || self.starts.len() > MAX_STARTS {
             self.starts.pop_front();
         }
@@ -148,19 +153,21 @@ impl ParserHandler {
 impl LineHandler for ParserHandler {
     fn feed_line(&mut self, offset: u64, line: &str) -> Vec<Found> {
         self.fed += 1;
-        let start = LineStart {
-            offset,
-            line_hash: Fingerprint::of(line.as_bytes()).hash,
-            ts_ms: line_time_ms(self.format, line),
-        };
-        self.starts.push_back((self.fed, start));
-        let out = match self.decoder.push(line) {
-            Some(text) => {
-                let at = self.decoder.line_start();
-                self.parser.feed_numbered_line(at, &text).iter().map(|p| self.found(p)).collect()
-            }
+        let parsed = match self.decoder.push(line) {
+            Some(text) => self.parser.feed_numbered_line(self.decoder.line_start(), &text),
             None => Vec::new(),
         };
+        // A line's start is kept only when an event found now begins at it or an open event may
+        // (most lines are neither): the hash and the runtime time are computed for those alone.
+        if parsed.iter().any(|p| p.line == self.fed) || self.keep_from() <= self.fed {
+            let start = LineStart {
+                offset,
+                line_hash: Fingerprint::of(line.as_bytes()).hash,
+                ts_ms: line_time_ms(self.format, line),
+            };
+            self.starts.push_back((self.fed, start));
+        }
+        let out = parsed.iter().map(|p| self.found(p)).collect();
         self.prune();
         out
     }
