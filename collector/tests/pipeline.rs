@@ -298,6 +298,9 @@ async fn agent_metrics_report_what_the_agent_did() {
     assert!(!scraped.is_empty(), "no OOM event or no acknowledged batch within 60 s");
     let m = |series: &str| value(&scraped, series).unwrap_or_else(|| panic!("{series} missing:\n{scraped}"));
     assert_eq!(m("oomlens_agent_connected"), 1.0);
+    assert!(exact::ready(telemetry).await, "/readyz: a session with the collector is live");
+    let health = exact::http_get(telemetry, "/healthz").await.unwrap_or_default();
+    assert!(health.starts_with("HTTP/1.0 200"), "/healthz while sampling: {health}");
     assert!(m("oomlens_agent_connects_total") >= 1.0);
     let (built, sent, acked) = (
         m("oomlens_agent_batches_built_total"),
