@@ -3,6 +3,8 @@
 //! new file matching the glob, and a restart from the state file — exactly the expected events,
 //! none reported twice. Time is driven by hand (`poll(Instant)`), so the test is deterministic.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::Path;
@@ -61,13 +63,10 @@ fn oom(pids: &[u32]) -> String {
 /// Polls until nothing new comes (quiet files drained), returns the pids seen.
 fn settle(f: &mut Follower, clock: &mut Instant) -> Vec<u32> {
     let mut pids = Vec::new();
-    for _ in 0..4 {
-        for e in f.poll(*clock) {
-            assert_eq!(e.source, EventSource::Log);
-            assert!(e.labels.iter().any(|l| l.key == PATH_LABEL));
-            pids.push(e.pid.unwrap());
-        }
-        *clock += Duration::from_millis(150);
+    for e in common::poll_rounds(f, clock) {
+        assert_eq!(e.source, EventSource::Log);
+        assert!(e.labels.iter().any(|l| l.key == PATH_LABEL));
+        pids.push(e.pid.unwrap());
     }
     pids.sort_unstable();
     pids
@@ -248,21 +247,8 @@ fn real_parser_on_fixture_logs_written_while_following() {
 /// Follows `root/*.log` from the start (or from the positions in `state`), polls until quiet;
 /// returns `(event_id, ts_ms, requested_bytes)` of each event, sorted by id.
 fn read_ids(root: &Path, state: Option<&Path>, stop_cleanly: bool) -> Vec<(u64, i64, Option<u64>)> {
-    let opts = FollowOptions {
-        patterns: vec![format!("{}/*.log", root.display())],
-        state_file: state.map(Path::to_path_buf),
-        from_start: true,
-        rescan_interval: Duration::from_secs(3600),
-        idle_flush: Duration::from_millis(100),
-        ..FollowOptions::default()
-    };
-    let mut f = Follower::new(opts, parser_factory(LineFormat::Auto), None).unwrap();
-    let mut clock = Instant::now();
-    let mut events = Vec::new();
-    for _ in 0..4 {
-        events.extend(f.poll(clock));
-        clock += Duration::from_millis(150);
-    }
+    let mut f = common::log_follower(root, state, Duration::from_secs(3600));
+    let mut events = common::poll_rounds(&mut f, &mut Instant::now());
     if stop_cleanly {
         events.extend(f.shutdown());
     }

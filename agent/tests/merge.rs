@@ -5,12 +5,12 @@
 //! [`EventStage`] (vanish detection + merger) and come out as ONE event with the message's
 //! numbers and the vanished process's pid — whichever arrives first.
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use oomlens_agent::detect::follow::{FollowOptions, Follower, parser_factory};
 use oomlens_agent::detect::merge::{EventStage, MERGED_LABEL};
-use oomlens_agent::detect::parse::LineFormat;
 use oomlens_agent::source::Reading;
 use oomlens_schema::{EventSource, GpuSample, Label, OomEvent, OomKind, ProcessSample};
 
@@ -26,21 +26,8 @@ PyTorch, and 2.05 GiB is reserved by PyTorch but unallocated.\n";
 fn log_events(dir: &Path) -> Vec<OomEvent> {
     let path = dir.join("train.log");
     std::fs::write(&path, format!("epoch 3 step 120\n{PYTORCH_OOM}")).unwrap();
-    let opts = FollowOptions {
-        patterns: vec![format!("{}/*.log", dir.display())],
-        from_start: true,
-        rescan_interval: Duration::ZERO,
-        idle_flush: Duration::from_millis(100),
-        ..FollowOptions::default()
-    };
-    let mut f = Follower::new(opts, parser_factory(LineFormat::Auto), None).unwrap();
-    let mut clock = Instant::now();
-    let mut out = Vec::new();
-    for _ in 0..4 {
-        out.extend(f.poll(clock));
-        clock += Duration::from_millis(150);
-    }
-    out
+    let mut f = common::log_follower(dir, None, Duration::ZERO);
+    common::poll_rounds(&mut f, &mut Instant::now())
 }
 
 /// GPUs 0 and 1 at `ts_ms`; GPU 1 nearly full with pid 4242 on it while `alive`.
