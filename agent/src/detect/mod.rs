@@ -7,6 +7,8 @@ pub mod hook_schema;
 pub mod kmsg;
 pub mod merge;
 pub mod offsets;
-pub mod parse;
-pub mod pci;
 pub mod vanish;
+
+/// The log and kernel-line parsers (the `oomlens-parse` crate, shared with `oomlens explain`).
+pub use oomlens_parse as parse;
+pub use oomlens_parse::pci;

@@ -1,0 +1,136 @@
+//! The corpus of real OOM messages (`corpus/README.md`): [`load`] reads `index.toml` and every
+//! message it names. Used by the tests of the parser and of the attribution; nothing in the
+//! agent or the collector depends on it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// One message with its provenance and, when the thread established it, its cause.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// `<framework>-<owner>-<repo>-<number>[-suffix]`; the message is `messages/<id>.log`.
+    pub id: String,
+    /// `owner/repo#N` or `owner/repo:path`.
+    pub source: String,
+    /// The thread or file.
+    #[serde(default)]
+    pub url: String,
+    /// What printed it, as the thread says.
+    pub framework: String,
+    /// The event kind the parser must find: `cuda_oom`, `host_oom_kill`, `xid`, or `none`.
+    pub expect: String,
+    /// The cause the thread established (`static`, `batch`, `sequence`, `contention`,
+    /// `fragmentation`, `host_oom`).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Who established the label and how (or why there is none).
+    pub basis: String,
+    /// What is notable about the format.
+    #[serde(default)]
+    pub notes: String,
+    /// The message, read from `messages/<id>.log`.
+    #[serde(skip)]
+    pub text: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Index {
+    record: Vec<Record>,
+}
+
+/// The corpus could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CorpusError {
+    /// A file is missing or unreadable.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `index.toml` is not valid.
+    #[error("corpus/index.toml: {0}")]
+    Index(#[from] toml::de::Error),
+    /// A record is inconsistent.
+    #[error("record {id}: {problem}")]
+    Record {
+        /// The record.
+        id: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// The labels a record may carry.
+pub const LABELS: [&str; 6] = ["static", "batch", "sequence", "contention", "fragmentation", "host_oom"];
+/// The kinds a record may expect.
+pub const EXPECT: [&str; 4] = ["cuda_oom", "host_oom_kill", "xid", "none"];
+
+/// The corpus folder of this repository.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// Every record of the corpus in `dir`, with its message, checked: ids unique, labels and
+/// expected kinds known, every message present and non-empty.
+pub fn load_from(dir: &Path) -> Result<Vec<Record>, CorpusError> {
+    let read =
+        |path: PathBuf| std::fs::read_to_string(&path).map_err(|source| CorpusError::Read { path, source });
+    let index: Index = toml::from_str(&read(dir.join("index.toml"))?)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(index.record.len());
+    for mut r in index.record {
+        let bad = |problem: String| CorpusError::Record { id: r.id.clone(), problem };
+        if !seen.insert(r.id.clone()) {
+            return Err(bad("duplicate id".into()));
+        }
+        if !EXPECT.contains(&r.expect.as_str()) {
+            return Err(bad(format!("unknown expect {:?}", r.expect)));
+        }
+        if let Some(l) = &r.label
+            && !LABELS.contains(&l.as_str())
+        {
+            return Err(bad(format!("unknown label {l:?}")));
+        }
+        if r.source.is_empty() || r.basis.is_empty() {
+            return Err(bad("source and basis are required".into()));
+        }
+        r.text = read(dir.join("messages").join(format!("{}.log", r.id)))?;
+        if r.text.trim().is_empty() {
+            return Err(bad("empty message".into()));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Every record of this repository's corpus.
+pub fn load() -> Result<Vec<Record>, CorpusError> {
+    load_from(&dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_corpus_loads_and_is_consistent() {
+        let records = load().expect("corpus");
+        assert!(records.len() >= 150, "{} records", records.len());
+        let labelled = records.iter().filter(|r| r.label.is_some()).count();
+        assert!(labelled >= 60, "{labelled} labelled");
+        for l in LABELS {
+            assert!(records.iter().any(|r| r.label.as_deref() == Some(l)), "no {l} record");
+        }
+        // Every message file belongs to a record.
+        let ids: std::collections::HashSet<_> = records.iter().map(|r| format!("{}.log", r.id)).collect();
+        for entry in std::fs::read_dir(dir().join("messages")).expect("messages") {
+            let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+            assert!(ids.contains(&name), "messages/{name} has no record");
+        }
+    }
+}

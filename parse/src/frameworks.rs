@@ -1,0 +1,713 @@
+//! Which failure a line starts (the *family*), which later lines belong to it, and the numbers of
+//! every family but PyTorch's allocator message (see `pytorch.rs`):
+//!
+//! | family | start (compact text contains) | framework |
+//! |---|---|---|
+//! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, …) |
+//! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
+//! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` | `tensorflow` |
+//! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
+//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer` | `jax` |
+//! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
+//! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory` | `llama.cpp` |
+//! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
+//! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`) + its hints | `paddle` |
+//! | Serving | TGI `Not enough memory to handle N prefill tokens` / `… N total tokens with M prefill tokens`; SGLang `Not enough memory. Please try to increase --mem-fraction-static` | `tgi` / `sglang` |
+//! | Accelerate | `No executable batch size found, reached zero.` (`find_executable_batch_size` caught an OOM at every batch size down to 0; the OOMs themselves are not printed) | `accelerate` |
+//!
+//! Wrappers (vLLM workers, DeepSpeed, Accelerate, torchrun) print the underlying framework's error
+//! behind their own prefixes (`prefix.rs`); the event keeps the underlying framework.
+
+use super::Fields;
+use super::prefix::Origin;
+use super::text::after;
+use super::units::{GIB, number_at, size_at, u32_at, uint_at};
+
+/// The kind of message that starts an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// PyTorch's caching allocator.
+    Torch,
+    /// The CUDA runtime or driver.
+    Cuda,
+    /// cuBLAS.
+    Cublas,
+    /// cuDNN.
+    Cudnn,
+    /// NCCL.
+    Nccl,
+    /// TensorFlow's tensor allocation failure.
+    TfTensor,
+    /// The BFC allocator of TensorFlow / XLA.
+    Bfc,
+    /// JAX / XLA / PJRT.
+    Jax,
+    /// ROCm's HIP runtime.
+    Hip,
+    /// CuPy.
+    Cupy,
+    /// llama.cpp / ggml.
+    Ggml,
+    /// vLLM's own memory checks.
+    Vllm,
+    /// Hugging Face Accelerate's automatic batch-size search giving up.
+    Accelerate,
+    /// PaddlePaddle's allocator.
+    Paddle,
+    /// A serving engine's own memory check (TGI, SGLang).
+    Serving,
+    /// Host memory ran out (`host.rs`): the event is a `host_oom_kill`.
+    Host,
+}
+
+impl Family {
+    /// Bit of this family in a set.
+    pub fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// The family whose message `c` (a compact line) starts, if any.
+pub fn detect(c: &str) -> Option<Family> {
+    // Cheap gate: every start contains one of these.
+    if !(c.contains("memory")
+        || c.contains("alloc")
+        || c.contains("oom")
+        || c.contains("out_of_memory")
+        || c.contains("resource_exhausted")
+        || c.contains("executablebatchsize")
+        || c.contains("toserveatleastonerequest")
+        || c.contains("anyotherprocessusinggpu")
+        || c.contains("attemptingtoreserve"))
+    {
+        return None;
+    }
+    // Warnings that only look like failures: TensorFlow's BFC allocator retrying with less.
+    if c.contains("thecallerindicatesthatthisisnotafailure") {
+        return None;
+    }
+    if c.contains("outofmemoryallocating") || c.contains("outofmemorytoallocate") {
+        return Some(Family::Cupy);
+    }
+    if c.contains("outofmemory") && c.contains("triedtoallocate") {
+        return Some(Family::Torch);
+    }
+    // PyTorch's message pasted without its head.
+    if c.contains("triedtoallocate") && (c.contains("(gpu") || c.contains("hasatotalcapac")) {
+        return Some(Family::Torch);
+    }
+    if c.starts_with("(gpu") && c.contains("totalcapacity;") && c.contains("alreadyallocated") {
+        return Some(Family::Torch);
+    }
+    if c.contains("allocationondevice")
+        && (c.contains("wouldexceedallowedmemory")
+            || c.contains("outofmemoryerror:allocationondevice")
+            || c.contains("exceptionduringprocessing"))
+    {
+        return Some(Family::Torch);
+    }
+    if c.contains("outofmemoryerrorongpu") && c.contains("cannotallocate") {
+        return Some(Family::Paddle);
+    }
+    if (c.contains("cannotallocate") && c.contains("gpumemory,availablememoryis"))
+        || c.contains("pleasecheckwhetherthereisanyotherprocessusinggpu")
+    {
+        return Some(Family::Paddle);
+    }
+    if c.contains("cublas_status_alloc_failed") {
+        return Some(Family::Cublas);
+    }
+    if c.contains("cudnn_status_alloc_failed") {
+        return Some(Family::Cudnn);
+    }
+    if c.contains("cudafailure'outofmemory'") || c.contains("cudafailure2'outofmemory'") {
+        return Some(Family::Nccl);
+    }
+    if c.contains("oomwhenallocatingtensor") {
+        return Some(Family::TfTensor);
+    }
+    if c.contains("ranoutofmemorytryingtoallocate") {
+        return Some(Family::Bfc);
+    }
+    // `ofmemorywhiletryingtoallocate`: also the older jaxlib line hard-wrapped after `Out`.
+    if c.contains("ofmemorywhiletryingtoallocate")
+        || c.contains("failedtoallocaterequestfor")
+        || c.contains("ranoutofmemoryinmemoryspace")
+        || c.contains("resource_exhausted:errorallocatingdevicebuffer")
+        || c.contains("unlikelytohaveenoughmemory")
+        || (c.contains("attemptingtoreserve") && c.contains("thatwasnotpossible"))
+    {
+        return Some(Family::Jax);
+    }
+    // MXNet's pooled storage manager (`cudaMalloc failed: out of memory`, `Memory allocation
+    // failed.`): the CUDA runtime error in MXNet's words.
+    if c.contains("pooled_storage_manager")
+        && (c.contains("cudamallocfai") || c.contains("memoryallocationfailed"))
+    {
+        return Some(Family::Cuda);
+    }
+    if c.contains("cudamallocfailed:outofmemory")
+        || (c.contains("failedtoallocatecuda") && c.contains("bufferofsize"))
+        || c.contains("ggml_cuda_host_malloc:failedtoallocate")
+        || (c.contains("unabletoallocate") && (c.contains("cuda0buffer") || c.contains("backendbuffer")))
+        || c.contains("failedtoallocatebufferforkvcache")
+        || c.contains("failedtoallocatecomputebuffers")
+    {
+        return Some(Family::Ggml);
+    }
+    if c.contains("hiperror:outofmemory")
+        || c.contains("hiperroroutofmemory")
+        || (c.contains("fromdevice:") && c.contains("hiperror_t(1002)"))
+    {
+        return Some(Family::Hip);
+    }
+    if c.contains("cudaoutofmemory") || c.contains("hipoutofmemory") || c.contains("outofmemoryerror:") {
+        return Some(Family::Torch);
+    }
+    if c.contains("noavailablememoryforthecacheblocks")
+        || (c.contains("freememoryondevice") && c.contains("desiredgpumemoryutilization"))
+        || c.contains("islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache")
+        || (c.contains("toserveatleastonerequestwiththe") && c.contains("maxseqlen"))
+        || (c.contains("exceedsavailablemambacacheblocks"))
+    {
+        return Some(Family::Vllm);
+    }
+    if c.contains("notenoughmemorytohandle") && c.contains("prefilltokens") {
+        return Some(Family::Serving);
+    }
+    if c.contains("notenoughmemory.pleasetrytoincrease--mem-fraction-static") {
+        return Some(Family::Serving);
+    }
+    if c.contains("noexecutablebatchsizefound") {
+        return Some(Family::Accelerate);
+    }
+    if cuda_runtime(c) {
+        return Some(Family::Cuda);
+    }
+    None
+}
+
+/// The CUDA runtime's or driver's out-of-memory error, as any program prints it.
+fn cuda_runtime(c: &str) -> bool {
+    if c.contains("cudaerror:outofmemory")
+        || c.contains("cudaerrormemoryallocation")
+        || c.contains("cudaruntimeerror(2):outofmemory")
+        || c.contains("cuda_error_out_of_memory")
+        || c.contains("cudaerror(2),outofmemory")
+    {
+        return true;
+    }
+    let Some(at) = c.find("outofmemory") else {
+        return false;
+    };
+    // Host-side wording is not a GPU failure (`Out of memory: Killed process`, `MemoryError`).
+    if c.contains("killedprocess") || c.contains("killprocess") || c.contains("oom-kill") {
+        return false;
+    }
+    let before = &c[..at];
+    c.contains("thcudacheckfail")
+        || c.contains("cudadrivererror:")
+        || c.contains("cudafailedwitherror")
+        || c.contains("tritonerror[cuda]")
+        || c.contains("errstr:outofmemory")
+        || c.contains("ofdevicememory(outofmemory)")
+        || c.contains("ranoutofmemoryongpu")
+        || c.contains("cudaruntimeerror")
+        || (c.contains("cudaerror") && c.contains(":outofmemory"))
+        || c.contains("outofmemoryat[")
+        || c.contains("outofmemoryat(")
+        || (c.contains("outofmemory:failedtoallocate") && c.contains("ondevice"))
+        || ["cuda", "gpu", "cudamalloc", "vram"].iter().any(|w| before.contains(w))
+}
+
+/// True when a new start of family `new` is part of a pending event of family `pending` (the same
+/// failure printed again by another layer) rather than a failure of its own.
+pub fn absorbs(pending: Family, new: Family) -> bool {
+    use Family::*;
+    match pending {
+        Bfc => matches!(new, Bfc | TfTensor | Jax | Cuda),
+        Jax => matches!(new, Bfc),
+        Nccl => matches!(new, Nccl),
+        Ggml => matches!(new, Ggml | Cuda),
+        Cuda => matches!(new, Cuda | Ggml),
+        Cublas => matches!(new, Cublas),
+        Cudnn => matches!(new, Cudnn),
+        Hip => matches!(new, Hip),
+        // Its traceback shows the `raise` line, then the exception: one failure.
+        Accelerate => matches!(new, Accelerate),
+        // The same failure's next line (Paddle prints the message twice on some paths).
+        Paddle => matches!(new, Paddle | Cuda),
+        // Several symptoms of one death (`Killed` and the scheduler's oom-kill line).
+        Host => matches!(new, Host),
+        Torch | TfTensor | Cupy | Vllm | Serving => false,
+    }
+}
+
+/// Lines that follow a CUDA error report (PyTorch's C10_CUDA_CHECK, ggml's CUDA_CHECK).
+const CUDA_TRAILERS: &[&str] = &[
+    "cudakernelerrorsmightbe",
+    "fordebuggingconsider",
+    "compilewith`torch_use_cuda_dsa`",
+    "searchfor`cuda",
+    "currentdevice:",
+    "cudamalloc(",
+    "exceptionraisedfrom",
+    "frame#",
+    "ggml_assert",
+    "hipkernelerrorsmightbe",
+    "compilewith`torch_use_hip_dsa`",
+];
+
+const BFC_STATS: &[&str] = &[
+    "limit:",
+    "inuse:",
+    "maxinuse:",
+    "numallocs:",
+    "maxallocsize:",
+    "reserved:",
+    "peakreserved:",
+    "largestfreeblock:",
+    "stats:",
+];
+
+/// True when a line that starts nothing belongs to a pending event of `family` (not PyTorch's
+/// wrapped message, see `pytorch::continues`). `c` is the compact line, `o` its origin and
+/// `event_pid` the pending event's pid.
+pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) -> bool {
+    match family {
+        Family::Torch => false,
+        Family::Cuda | Family::Cublas | Family::Cudnn | Family::Hip | Family::Ggml => {
+            CUDA_TRAILERS.iter().any(|t| c.starts_with(t))
+                || (family == Family::Ggml
+                    && (c.starts_with("ggml_")
+                        || c.starts_with("llama_")
+                        || c.starts_with("alloc_tensor_range"))
+                    && (c.contains("fail") || c.contains("error") || c.contains("unable")))
+        }
+        Family::Nccl => {
+            (o.pid.is_some() && o.pid == event_pid && c.contains("->"))
+                || c.starts_with("lasterror:")
+                || c.starts_with("ncclunhandledcudaerror")
+        }
+        Family::TfTensor => {
+            c.starts_with("[[")
+                || c.starts_with("hint:")
+                || c.starts_with("thisisn't")
+                || c.starts_with("[op:")
+        }
+        Family::Bfc => {
+            o.src.as_deref().is_some_and(|s| s.contains("bfc_allocator") || s.contains("op_kernel"))
+                || BFC_STATS
+                    .iter()
+                    .any(|k| c.starts_with(k) && c.as_bytes().get(k.len()).is_some_and(u8::is_ascii_digit))
+                || c == "stats:"
+        }
+        Family::Paddle => {
+            c.starts_with("pleasecheckwhether")
+                || c.starts_with("1.ifyes")
+                || c.starts_with("2.ifno")
+                || c.starts_with("3.")
+                || c.starts_with("(at")
+                || c.starts_with(".(at")
+                || c.starts_with("[hint:")
+                || c.starts_with("availablememoryis")
+                || c.starts_with("thecommandis")
+                || c.starts_with("ifthe")
+                || (c.ends_with("mb.") || c.ends_with("gb.") || c.ends_with("kb.")) && c.len() < 24
+        }
+        Family::Vllm => {
+            c.contains("kvcacheisneeded")
+                || c.starts_with("basedontheavailablememory")
+                || c.starts_with("tryincreasing")
+                || c.starts_with("decreasegpumemoryutilization")
+        }
+        Family::Jax | Family::Cupy | Family::Accelerate | Family::Serving | Family::Host => false,
+    }
+}
+
+/// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.
+pub fn extract(c: &str, f: &mut Fields) {
+    tf_tensor(c, f);
+    bfc(c, f);
+    jax(c, f);
+    cupy(c, f);
+    ggml(c, f);
+    vllm(c, f);
+    paddle(c, f);
+    if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
+        f.capacity.get_or_insert(v);
+    }
+    if let Some((g, _)) = after(c, "currentdevice:", 0).and_then(|p| u32_at(c, p)) {
+        f.gpu.get_or_insert(g);
+    }
+    // TensorFlow / XLA stream executor: `failed to allocate 2.00G (2147483648 bytes) from device`.
+    if let Some(p) = after(c, "failedtoallocate", 0)
+        && let Some((_, e)) = size_at(c, p, true)
+        && let Some((v, e2)) = c.get(e..).filter(|s| s.starts_with('(')).and_then(|_| uint_at(c, e + 1))
+        && c.get(e2..).is_some_and(|s| s.starts_with("bytes)"))
+    {
+        f.requested.get_or_insert(v);
+    }
+}
+
+fn dtype_size(name: &str) -> Option<u64> {
+    Some(match name {
+        "bool" | "int8" | "uint8" | "qint8" | "quint8" | "float8_e4m3fn" | "float8_e5m2" => 1,
+        "half" | "bfloat16" | "int16" | "uint16" | "float16" => 2,
+        "float" | "int32" | "uint32" | "float32" => 4,
+        "double" | "int64" | "uint64" | "complex64" | "float64" => 8,
+        "complex128" => 16,
+        _ => return None,
+    })
+}
+
+fn tf_tensor(c: &str, f: &mut Fields) {
+    let Some(p) = after(c, "oomwhenallocatingtensorwithshape[", 0) else {
+        return;
+    };
+    let Some(end) = c.get(p..).and_then(|s| s.find(']')).map(|i| p + i) else {
+        return;
+    };
+    let mut elems: Option<u64> = Some(1);
+    for d in c[p..end].split(',').filter(|d| !d.is_empty()) {
+        elems = elems.and_then(|e| d.parse::<u64>().ok().and_then(|d| e.checked_mul(d)));
+    }
+    if let Some(t) = after(c, "andtype", end) {
+        let rest = &c[t..];
+        let name_end = rest.find("on/").or_else(|| rest.find("on")).unwrap_or(rest.len());
+        if let (Some(n), Some(sz)) = (elems, dtype_size(&rest[..name_end]))
+            && let Some(v) = n.checked_mul(sz)
+        {
+            f.requested.get_or_insert(v);
+        }
+    }
+    if let Some((g, _)) = after(c, "/device:gpu:", end).and_then(|q| u32_at(c, q)) {
+        f.gpu.get_or_insert(g);
+    }
+}
+
+fn bfc(c: &str, f: &mut Fields) {
+    if let Some(p) = after(c, "ranoutofmemorytryingtoallocate", 0) {
+        let exact = after(c, "(roundedto", p).and_then(|q| uint_at(c, q)).map(|(v, _)| v);
+        if let Some(v) = exact.or_else(|| size_at(c, p, true).map(|(v, _)| v)) {
+            f.requested.get_or_insert(v);
+        }
+        if let Some((g, _)) = after(c, "(gpu_", 0).and_then(|q| u32_at(c, q)) {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    for (key, slot) in [("limit:", 0), ("inuse:", 1)] {
+        if c.starts_with(key)
+            && let Some((v, _)) = uint_at(c, key.len())
+        {
+            if slot == 0 {
+                f.capacity.get_or_insert(v);
+            } else {
+                f.allocated.get_or_insert(v);
+            }
+        }
+    }
+}
+
+fn jax(c: &str, f: &mut Fields) {
+    if let Some((v, _)) = after(c, "outofmemorywhiletryingtoallocate", 0).and_then(|p| size_at(c, p, true)) {
+        f.requested.get_or_insert(v);
+    }
+    if let Some(p) = after(c, "failedtoallocaterequestfor", 0) {
+        let exact = size_at(c, p, true)
+            .and_then(|(_, e)| c.get(e..).filter(|s| s.starts_with('(')).map(|_| e + 1))
+            .and_then(|q| size_at(c, q, false))
+            .map(|(v, _)| v);
+        if let Some(v) = exact.or_else(|| size_at(c, p, true).map(|(v, _)| v)) {
+            f.requested.get_or_insert(v);
+        }
+        if let Some((g, _)) = after(c, "ondeviceordinal", p).and_then(|q| u32_at(c, q)) {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    if let Some(p) = after(c, "ranoutofmemoryinmemoryspacehbm.used", 0)
+        && let Some((used, e)) = size_at(c, p, true)
+    {
+        f.process_used.get_or_insert(used);
+        if let Some((cap, _)) =
+            c.get(e..).filter(|s| s.starts_with("of")).and_then(|_| size_at(c, e + 2, true))
+        {
+            f.capacity.get_or_insert(cap);
+        }
+    }
+    if let Some(p) = after(c, "errorallocatingdevicebuffer:attemptingtoallocate", 0)
+        && let Some((v, e)) = size_at(c, p, true)
+    {
+        f.requested.get_or_insert(v);
+        if let Some((free, _)) = after(c, "thereare", e).and_then(|q| size_at(c, q, true)) {
+            f.free.get_or_insert(free);
+        }
+    }
+}
+
+fn cupy(c: &str, f: &mut Fields) {
+    if let Some((v, e)) = after(c, "outofmemoryallocating", 0).and_then(|p| size_at(c, p, false)) {
+        f.requested.get_or_insert(v);
+        if let Some((a, _)) = after(c, "(allocatedsofar:", e).and_then(|q| size_at(c, q, false)) {
+            f.allocated.get_or_insert(a);
+        }
+    }
+    // CuPy < 7: `out of memory to allocate N bytes (total T bytes)`, T = the pool's allocations.
+    if let Some((v, e)) = after(c, "outofmemorytoallocate", 0).and_then(|p| size_at(c, p, false)) {
+        f.requested.get_or_insert(v);
+        if let Some((a, _)) = after(c, "(total", e).and_then(|q| size_at(c, q, false)) {
+            f.allocated.get_or_insert(a);
+        }
+    }
+}
+
+fn paddle(c: &str, f: &mut Fields) {
+    // `Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, 7.78GB memory has
+    // been allocated and available memory is only 416.625000MB.`
+    let Some(p) = after(c, "cannotallocate", 0) else {
+        return;
+    };
+    if !(c.contains("outofmemoryerrorongpu") || c.contains("gpumemory,availablememoryis")) {
+        return;
+    }
+    if let Some((v, e)) = size_at(c, p, false) {
+        f.requested.get_or_insert(v);
+        if let Some((g, _)) = after(c, "memoryongpu", e).filter(|q| *q == e + 11).and_then(|q| u32_at(c, q)) {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    if let Some((g, _)) = after(c, "outofmemoryerrorongpu", 0).and_then(|q| u32_at(c, q)) {
+        f.gpu.get_or_insert(g);
+    }
+    if let Some(q) = c.find("memoryhasbeenallocated") {
+        // The size just before: `,7.782776gb memory has been allocated`.
+        let head = &c[..q];
+        let start = head.rfind(',').map_or(0, |i| i + 1);
+        if let Some((v, _)) = size_at(c, start, false) {
+            f.allocated.get_or_insert(v);
+        }
+    }
+    let free = after(c, "availablememoryisonly", p).or_else(|| after(c, "availablememoryis", p));
+    if let Some((v, _)) = free.and_then(|q| size_at(c, q, false)) {
+        f.free.get_or_insert(v);
+    }
+}
+
+fn ggml(c: &str, f: &mut Fields) {
+    if let Some(p) = after(c, "ggml_backend_cuda_buffer_type_alloc_buffer:allocating", 0)
+        && let Some((v, e)) = size_at(c, p, false)
+    {
+        f.requested.get_or_insert(v);
+        if let Some((g, _)) = c.get(e..).filter(|s| s.starts_with("ondevice")).and_then(|_| u32_at(c, e + 8))
+        {
+            f.gpu.get_or_insert(g);
+        }
+    }
+    if let Some(p) = after(c, "failedtoallocatecuda", 0)
+        && let Some((g, e)) = u32_at(c, p)
+    {
+        f.gpu.get_or_insert(g);
+        if let Some((v, _)) = after(c, "bufferofsize", e).filter(|q| *q == e + 12).and_then(|q| uint_at(c, q))
+        {
+            // The exact byte count beats the rounded `allocating X MiB` of the line before.
+            f.requested = Some(v);
+        }
+    }
+    if let Some((v, _)) =
+        after(c, "ggml_cuda_host_malloc:failedtoallocate", 0).and_then(|p| size_at(c, p, false))
+    {
+        f.requested.get_or_insert(v);
+    }
+}
+
+fn vllm(c: &str, f: &mut Fields) {
+    // `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed,
+    // which is larger than the available KV cache memory (Y GiB).`
+    if let Some(p) = after(c, "toserveatleastonerequestwiththe", 0)
+        && let Some(q) = after(c, "),", p).map(|q| if c[q..].starts_with('(') { q + 1 } else { q })
+        && let Some((need, e)) = size_at(c, q, false)
+        && c.get(e..).is_some_and(|s| s.starts_with("kvcacheisneeded"))
+    {
+        f.requested.get_or_insert(need);
+        if let Some((avail, _)) = after(c, "availablekvcachememory(", e).and_then(|r| size_at(c, r, false)) {
+            f.free.get_or_insert(avail);
+        }
+    }
+    // `Memory profiling results: total_gpu_memory=23.58GiB …` (an INFO line before the error).
+    if let Some((v, _)) = after(c, "total_gpu_memory=", 0).and_then(|p| size_at(c, p, false)) {
+        f.capacity.get_or_insert(v);
+    }
+    // `Free memory on device [cuda:1 ](14.1/79.1 GiB) on startup is less than desired GPU memory
+    // utilization (0.9, 71.2 GiB).`
+    if let Some(p) = after(c, "freememoryondevice", 0).and_then(|p| after(c, "(", p).filter(|q| q - p <= 12))
+        && let Some((free, e)) = number_at(c, p)
+        && c.get(e..).is_some_and(|s| s.starts_with('/'))
+        && let Some((cap, e2)) = number_at(c, e + 1)
+        && c.get(e2..).is_some_and(|s| s.starts_with("gib"))
+    {
+        f.free = f.free.or(free.times(GIB));
+        f.capacity = f.capacity.or(cap.times(GIB));
+        if let Some(q) = after(c, "desiredgpumemoryutilization(", e2)
+            && let Some((_, e3)) = number_at(c, q)
+            && c.get(e3..).is_some_and(|s| s.starts_with(','))
+            && let Some((req, _)) = size_at(c, e3 + 1, false)
+        {
+            f.requested.get_or_insert(req);
+        }
+    }
+}
+
+/// The framework name of an event made of `families`, given its joined compact text and the
+/// logging source path of its first line.
+pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
+    let has = |f: Family| families & f.bit() != 0;
+    let by_src = |default: &'static str| match src {
+        Some(s) if s.contains("tensorflow/") => "tensorflow",
+        Some(s) if s.contains("xla/") || s.contains("tsl/") || s.contains("jax") => "jax",
+        _ => default,
+    };
+    // A runtime error names the program whose code printed it.
+    let by_text = |default: &'static str| {
+        if c.contains("pooled_storage_manager") || c.contains("mxnet") {
+            "mxnet"
+        } else if c.contains("paddle") {
+            "paddle"
+        } else if c.contains("ggml") || c.contains("llama") {
+            "llama.cpp"
+        } else if c.contains("cupy") || c.contains("chainer") {
+            "cupy"
+        } else if c.contains("tensorflow") || c.contains("stream_executor") {
+            "tensorflow"
+        } else if c.contains("xla") || c.contains("jax") {
+            "jax"
+        } else if c.contains("turbomind") || c.contains("lmdeploy") {
+            "lmdeploy"
+        } else if c.contains("tensorrt") {
+            "tensorrt-llm"
+        } else {
+            by_src(default)
+        }
+    };
+    if has(Family::Torch) {
+        "pytorch"
+    } else if has(Family::TfTensor) {
+        "tensorflow"
+    } else if has(Family::Jax) {
+        "jax"
+    } else if has(Family::Bfc) {
+        by_src("tensorflow")
+    } else if has(Family::Vllm) {
+        "vllm"
+    } else if has(Family::Serving) {
+        if c.contains("mem-fraction-static") { "sglang" } else { "tgi" }
+    } else if has(Family::Paddle) {
+        "paddle"
+    } else if has(Family::Accelerate) {
+        "accelerate"
+    } else if has(Family::Cupy) {
+        if c.contains("resource_exhausted") { "jax" } else { "cupy" }
+    } else if has(Family::Ggml) {
+        "llama.cpp"
+    } else if has(Family::Nccl) {
+        "nccl"
+    } else if has(Family::Cublas) {
+        "cublas"
+    } else if has(Family::Cudnn) {
+        "cudnn"
+    } else if has(Family::Hip) {
+        by_src("hip")
+    } else {
+        by_text("cuda")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::text::compact;
+    use super::*;
+
+    fn fields(line: &str) -> Fields {
+        let mut f = Fields::default();
+        extract(&compact(line), &mut f);
+        f
+    }
+
+    #[test]
+    fn detects_every_family() {
+        for (line, fam) in [
+            ("RuntimeError: CUDA error: out of memory", Family::Cuda),
+            (
+                "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                Family::Cublas,
+            ),
+            ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", Family::Cudnn),
+            ("Cuda failure 'out of memory'", Family::Nccl),
+            ("Cuda failure 2 'out of memory'", Family::Nccl),
+            (
+                "ResourceExhaustedError: OOM when allocating tensor with shape[2,3] and type float on /job:l/device:GPU:0 by allocator GPU_0_bfc",
+                Family::TfTensor,
+            ),
+            (
+                "Allocator (GPU_0_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
+                Family::Bfc,
+            ),
+            (
+                "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+                Family::Jax,
+            ),
+            ("RuntimeError: HIP error: out of memory", Family::Hip),
+            ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB.", Family::Torch),
+            (
+                "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).",
+                Family::Cupy,
+            ),
+            (
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory",
+                Family::Ggml,
+            ),
+            (
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+                Family::Vllm,
+            ),
+            ("RuntimeError: No executable batch size found, reached zero.", Family::Accelerate),
+        ] {
+            assert_eq!(detect(&compact(line)), Some(fam), "{line}");
+        }
+        assert_eq!(detect(&compact("step 1 loss 2.0")), None);
+        assert_eq!(detect(&compact("INFO memory usage 12 GiB")), None);
+    }
+
+    #[test]
+    fn numbers() {
+        let f = fields(
+            "OOM when allocating tensor with shape[32,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(32 * 64 * 256 * 256 * 4), Some(2)));
+        let f = fields(
+            "Allocator (GPU_1_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(268_435_456), Some(1)));
+        let f = fields(
+            "XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 3",
+        );
+        assert_eq!((f.requested, f.gpu), (Some(1 << 30), Some(3)));
+        let f =
+            fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
+        assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 292926534144");
+        assert_eq!((f.requested, f.gpu), (Some(292_926_534_144), Some(1)));
+        let f = fields(
+            "failed to allocate 2.00G (2147483648 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        );
+        assert_eq!(f.requested, Some(2_147_483_648));
+        let f = fields(
+            "ValueError: Free memory on device (14.1/79.1 GiB) on startup is less than desired GPU memory utilization (0.9, 71.2 GiB).",
+        );
+        assert_eq!(f.free, Some((141 * GIB + 5) / 10));
+        assert_eq!(f.capacity, Some((791 * GIB + 5) / 10));
+        assert_eq!(f.requested, Some((712 * GIB + 5) / 10));
+    }
+}

@@ -1,0 +1,302 @@
+//! Host-memory failures as a job's own log shows them (the kernel's OOM-killer lines are
+//! `kernel.rs`): when host RAM runs out, the job rarely prints "out of memory" — it is killed
+//! (SIGKILL, exit status 137 / -9), or an allocation on the host is refused. Each line below
+//! becomes one `host_oom_kill` event whose label `host_oom.evidence` says how direct the evidence
+//! is, and the attribution's confidence follows it:
+//!
+//! | evidence | lines (examples) |
+//! |---|---|
+//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu` |
+//! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
+//!
+//! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
+//! it when a failure or a traceback of the job came just before (see `LogParser`).
+
+/// How direct the evidence of a host-memory failure is (label `host_oom.evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEvidence {
+    /// A scheduler, runtime or tool says memory ran out.
+    Explicit,
+    /// A host allocation was refused.
+    Allocation,
+    /// Shared memory ran out.
+    Shm,
+    /// Killed by SIGKILL (exit status 137 / -9).
+    Sigkill,
+    /// A launcher killed the remaining workers.
+    Launcher,
+}
+
+impl HostEvidence {
+    /// How direct the evidence is: a higher number is stronger.
+    pub const fn strength(self) -> u8 {
+        match self {
+            HostEvidence::Explicit => 4,
+            HostEvidence::Allocation => 3,
+            HostEvidence::Shm => 2,
+            HostEvidence::Sigkill => 1,
+            HostEvidence::Launcher => 0,
+        }
+    }
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HostEvidence::Explicit => "explicit",
+            HostEvidence::Allocation => "allocation",
+            HostEvidence::Shm => "shm",
+            HostEvidence::Sigkill => "sigkill",
+            HostEvidence::Launcher => "launcher",
+        }
+    }
+}
+
+/// One host-memory symptom found in a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSymptom {
+    /// How direct the evidence is.
+    pub evidence: HostEvidence,
+    /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `shell`, `torchrun`,
+    /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`.
+    pub framework: &'static str,
+    /// The killed process, when the line names it.
+    pub pid: Option<u32>,
+}
+
+/// Label key of [`HostEvidence`] on the event.
+pub const EVIDENCE_LABEL: &str = "host_oom.evidence";
+
+fn number_after(s: &str, marker: &str) -> Option<u32> {
+    let rest = &s[s.find(marker)? + marker.len()..];
+    let rest = rest.trim_start();
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+fn sym(evidence: HostEvidence, framework: &'static str, pid: Option<u32>) -> Option<HostSymptom> {
+    Some(HostSymptom { evidence, framework, pid })
+}
+
+/// The symptom in `body` (a line with its logger prefixes stripped), if any.
+pub fn detect(body: &str) -> Option<HostSymptom> {
+    use HostEvidence::*;
+    let t = body.trim();
+    if t.is_empty() || t.len() > 2048 {
+        return None;
+    }
+    let l = t.to_ascii_lowercase();
+    // Cheap gate: every symptom has one of these words.
+    if !(l.contains("kill")
+        || l.contains("memory")
+        || l.contains("137")
+        || l.contains("-9")
+        || l.contains("signal")
+        || l.contains("memlimit")
+        || l.contains("all available ram")
+        || l.contains("paging file")
+        || l.contains("memoryerror")
+        || l.contains("unable to allocate")
+        || l.contains("allocator cpu")
+        || l.contains("memalign")
+        || l.contains("winerror 1455"))
+    {
+        return None;
+    }
+    // PyTorch's DataLoader.
+    if l.contains("dataloader worker") && l.contains("killed by signal") {
+        let pid = number_after(&l, "(pid ");
+        if l.contains("bus error") {
+            return sym(Shm, "pytorch", pid);
+        }
+        if l.contains("signal: killed") {
+            return sym(Sigkill, "pytorch", pid);
+        }
+        return None;
+    }
+    // Schedulers and runtimes that say it.
+    if l.contains("slurmstepd") && (l.contains("oom-kill event") || l.contains("oom_kill event")) {
+        return sym(Explicit, "slurm", None);
+    }
+    if l.contains("srun: error:") && l.contains("out of memory") {
+        return sym(Explicit, "slurm", None);
+    }
+    if l.contains("term_memlimit") {
+        return sym(Explicit, "lsf", None);
+    }
+    if l.contains("oomkilled") && !l.contains("oomkilled:false") && !l.contains("oomkilled\": false") {
+        return sym(Explicit, "kubernetes", None);
+    }
+    if l.contains("was oom-killed") || l.contains("the node was low on resource: memory") {
+        return sym(Explicit, "kubernetes", None);
+    }
+    if l.contains("has been killed by the oom killer") {
+        return sym(Explicit, "systemd", None);
+    }
+    if l.contains("killed due to memory pressure")
+        || l.contains("ray killed this worker")
+        || l.contains("killed due to the node running low on memory")
+        || (l.contains("system memory low at node") && l.contains("killing"))
+    {
+        return sym(Explicit, "ray", number_after(&l, "pid="));
+    }
+    if l.contains("session crashed after using all available ram") {
+        return sym(Explicit, "colab", None);
+    }
+    // Host allocations refused.
+    if l.contains("defaultcpuallocator: can't allocate memory")
+        || l.contains("defaultcpuallocator: not enough memory")
+        || l.contains("torch: not enough memory: you tried to allocate")
+    {
+        return sym(Allocation, "pytorch", None);
+    }
+    if l.contains("cannot allocate memory (12)")
+        || (l.contains("posix_memalign") && (l.contains("(12 vs. 0)") || l.contains(":12 != 0")))
+    {
+        return sym(Allocation, if l.contains("posix_memalign") { "paddle" } else { "python" }, None);
+    }
+    if l.contains("arraymemoryerror") || (l.contains("unable to allocate") && l.contains("for an array")) {
+        return sym(Allocation, "numpy", None);
+    }
+    if l.contains("winerror 1455") {
+        return sym(Allocation, "windows", None);
+    }
+    if l == "memoryerror" || l.starts_with("memoryerror:") || l.ends_with(" memoryerror") {
+        return sym(Allocation, "python", None);
+    }
+    if l.contains("oom when allocating tensor") && l.contains("allocator cpu") {
+        return sym(Allocation, "tensorflow", None);
+    }
+    // Killed by SIGKILL.
+    if l.contains("exitcode: -9") {
+        return sym(Sigkill, "torchrun", number_after(&l, "(pid:"));
+    }
+    if l.contains("signal 9 (sigkill) received by pid") {
+        return sym(Sigkill, "torchrun", number_after(&l, "received by pid"));
+    }
+    if l.contains("<signals.sigkill: 9>") {
+        return sym(Sigkill, "python", None);
+    }
+    if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
+        return sym(Sigkill, "deepspeed", None);
+    }
+    if l.contains("terminated with signal sigkill") {
+        return sym(Sigkill, "shell", None);
+    }
+    if l.contains("exit code 137")
+        || l.contains("exited with code 137")
+        || l.contains("exit status 137")
+        || (l.starts_with("exit code:") && l.trim_start_matches("exit code:").trim() == "137")
+    {
+        return sym(Sigkill, "shell", None);
+    }
+    if let Some(s) = killed_line(t) {
+        return Some(s);
+    }
+    if l.contains("killing subprocess") {
+        return sym(Launcher, "launcher", None);
+    }
+    None
+}
+
+/// A shell's report of a process killed by SIGKILL: `Killed` alone (also glued to the end of a
+/// progress bar), bash's `… line 28:  8156 Killed   python3 main.py`, zsh's `[1]  14875 killed  python`.
+fn killed_line(t: &str) -> Option<HostSymptom> {
+    let lower = t.to_ascii_lowercase();
+    if lower == "killed"
+        || lower.ends_with("]killed")
+        || lower.ends_with("it/s]killed")
+        || lower.ends_with("| killed")
+    {
+        return sym(HostEvidence::Sigkill, "shell", None);
+    }
+    // bash: `<script>: line N: <pid> Killed <command>`; zsh: `[job] <pid> killed <command>`.
+    let words: Vec<&str> = t.split_whitespace().collect();
+    let i = words.iter().position(|w| *w == "Killed" || *w == "killed")?;
+    let pid = words.get(i.checked_sub(1)?)?.parse::<u32>().ok()?;
+    let bash = i.checked_sub(3).is_some_and(|j| words[j] == "line");
+    // zsh's job number `[1]`, also glued to the end of a progress bar (`1.84s/it][1]`).
+    let zsh = i.checked_sub(2).is_some_and(|j| words[j].ends_with(']') && words[j].contains('['));
+    if (bash || zsh) && words.len() > i + 1 {
+        return sym(HostEvidence::Sigkill, "shell", Some(pid));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(line: &str) -> Option<(HostEvidence, &'static str, Option<u32>)> {
+        detect(line).map(|s| (s.evidence, s.framework, s.pid))
+    }
+
+    #[test]
+    fn every_form() {
+        use HostEvidence::*;
+        for (line, want) in [
+            (
+                "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+                (Sigkill, "pytorch", Some(19597)),
+            ),
+            (
+                "RuntimeError: DataLoader worker (pid 3855) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.",
+                (Shm, "pytorch", Some(3855)),
+            ),
+            ("Killed", (Sigkill, "shell", None)),
+            ("  6%|██      | 3787/62565 [04:47<1:10:53, 13.82it/s]Killed", (Sigkill, "shell", None)),
+            (
+                "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --epochs 400",
+                (Sigkill, "shell", Some(8156)),
+            ),
+            ("[1]    14875 killed     python main.py --low_vram", (Sigkill, "shell", Some(14875))),
+            (
+                "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+                (Explicit, "slurm", None),
+            ),
+            (
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=3347872.batch.",
+                (Explicit, "slurm", None),
+            ),
+            ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", (Explicit, "lsf", None)),
+            ("      Reason:       OOMKilled", (Explicit, "kubernetes", None)),
+            (
+                "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 1168) of binary: /opt/conda/bin/python",
+                (Sigkill, "torchrun", Some(1168)),
+            ),
+            ("traceback : Signal 9 (SIGKILL) received by PID 10398", (Sigkill, "torchrun", Some(10398))),
+            (
+                "Process finished with exit code 137 (interrupted by signal 9:SIGKILL)",
+                (Sigkill, "shell", None),
+            ),
+            (
+                "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 845152256 bytes. Error code 12 (Cannot allocate memory)",
+                (Allocation, "pytorch", None),
+            ),
+            ("MemoryError", (Allocation, "python", None)),
+            (
+                "OSError: [WinError 1455] The paging file is too small for this operation to complete",
+                (Allocation, "windows", None),
+            ),
+            ("Your session crashed after using all available RAM.", (Explicit, "colab", None)),
+            (
+                "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80",
+                (Launcher, "launcher", None),
+            ),
+        ] {
+            assert_eq!(ev(line), Some(want), "{line}");
+        }
+        for line in [
+            "OOMKilled:false,",
+            "killed the process group after timeout",
+            "epoch 3 loss 0.1",
+            "Killed process 77 (python) total-vm:10kB",
+            "I killed 3 flies",
+            "exit code 1",
+        ] {
+            assert_eq!(ev(line), None, "{line}");
+        }
+    }
+}

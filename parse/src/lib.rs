@@ -1,0 +1,922 @@
+//! `oomlens-parse`: turns what jobs and kernels print into OOM events with exact numbers. Shared
+//! by the agent (live job logs, `/dev/kmsg`, `oomlens-agent parse`) and the `oomlens explain`
+//! command, so a message pasted into `explain` is read exactly as the agent reads it in a log.
+//!
+//! Modules:
+//!
+//! * this file — [`LogParser`] (the streaming state machine: pending events, tracebacks, time-outs,
+//!   duplicates), [`ParsedOom`] and its conversions (wire event, JSON line, human summary).
+//! * `lines.rs` — container log framing: CRI, Docker json-file, plain ([`decode_line`],
+//!   [`LineDecoder`]).
+//! * `prefix.rs` — logger / glog / NCCL / vLLM / rank prefixes and what they say (pid, device).
+//! * `pytorch.rs` — PyTorch's allocator message (1.0 … 2.x, ROCm).
+//! * `frameworks.rs` — every other family (CUDA runtime, cuBLAS, cuDNN, NCCL, TensorFlow, BFC,
+//!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
+//! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
+//! * `command.rs` — reading whole files or stdin through both parsers (`oomlens-agent parse`).
+//! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
+//! * `text.rs` — the bounded view of a line and the compact (wrap-proof) form of a message.
+//!
+//! **One failure, one event.** A message hard-wrapped over several lines (even mid-word), the
+//! traceback before it, the trailer lines after it (CUDA hints, TensorFlow's `[[node …]]`, the
+//! BFC allocator dump, NCCL's `-> 1` chain) and a second print of the same failure by another layer
+//! make one event, whose `line` is the first line (the `Traceback` line when there is one).
+//! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
+//! skipped, not swallowed.
+//!
+//! **Bounded.** At most [`text::MAX_LINE_BYTES`] of a line are looked at; at most
+//! [`MAX_PENDING`] events are open, each holding at most [`MAX_EVENT_LINES`] lines /
+//! [`MAX_RAW_BYTES`] bytes of raw text and [`MAX_COMPACT_BYTES`] of message text; an event closes
+//! after a family-specific number of unrelated lines or [`MAX_EVENT_SPAN`] lines in all; a
+//! traceback keeps its first [`TRACEBACK_HEAD`] and last [`TRACEBACK_TAIL`] lines. The work for one
+//! line is therefore linear in the line's length, whatever came before.
+
+pub mod command;
+pub mod frameworks;
+pub mod host;
+pub mod kernel;
+pub mod lines;
+pub mod pci;
+pub mod phase;
+pub mod prefix;
+pub mod pytorch;
+pub mod text;
+pub mod units;
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+
+use oomlens_schema::{EventSource, Label, OomEvent, OomKind, OtherProcess, Phase};
+
+pub use lines::{LineDecoder, LineFormat, decode_line};
+
+use frameworks::Family;
+use host::{HostEvidence, HostSymptom};
+use phase::PhaseFinding;
+use prefix::Origin;
+
+/// Most events open (waiting for more lines) at once; the oldest is closed beyond.
+pub const MAX_PENDING: usize = 8;
+/// Most raw lines kept per event (later lines still count, their text is not kept).
+pub const MAX_EVENT_LINES: usize = 128;
+/// Most bytes of raw text kept per event (below the wire limit on `raw_message`).
+pub const MAX_RAW_BYTES: usize = 60 * 1024;
+/// Most bytes of compact message text kept per event.
+pub const MAX_COMPACT_BYTES: usize = 16 * 1024;
+/// Most lines one event may span from its first line.
+pub const MAX_EVENT_SPAN: u64 = 4096;
+/// First lines of a traceback that are kept.
+pub const TRACEBACK_HEAD: usize = 8;
+/// Last lines of a traceback that are kept.
+pub const TRACEBACK_TAIL: usize = 56;
+/// Lines after a traceback's exception line during which an OOM message still joins it.
+pub const TRACEBACK_GRACE: u32 = 4;
+/// An event whose numbers repeat an event that ended at most this many lines before is the same
+/// failure printed again, and is dropped.
+pub const DEDUP_WINDOW: u64 = 128;
+/// A failure without numbers of the same framework and stream whose traceback starts within this
+/// many lines after another failure is that failure re-raised by a wrapper in its own words.
+pub const RERAISE_WINDOW: u64 = 32;
+/// A launcher's `Killing subprocess` within this many lines after another failure of the job (or
+/// while a traceback is open) is the launcher's reaction to that failure, not a host OOM.
+pub const LAUNCHER_GRACE: u64 = 64;
+/// A serving engine's memory-profiling line at most this many lines before its start-up error
+/// lends the error its numbers (the device's capacity).
+pub const PROFILE_REACH: u64 = 256;
+/// Label key saying where the event's phase came from (`traceback`: the log around the message).
+pub const PHASE_SOURCE_LABEL: &str = "phase.source";
+/// Label key of the clue the phase was read from (a frame, the message's words).
+pub const PHASE_CLUE_LABEL: &str = "phase.clue";
+/// Upper bound of [`LogParser::last_line_work`] (bytes examined for one line).
+pub const MAX_LINE_WORK: usize =
+    text::MAX_LINE_BYTES * (4 + MAX_PENDING) + 2 * MAX_PENDING * MAX_COMPACT_BYTES;
+
+/// The numbers of one failure (every field optional).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fields {
+    /// CUDA device index.
+    pub gpu: Option<u32>,
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Bytes of the allocation that failed.
+    pub requested: Option<u64>,
+    /// Device capacity as the framework saw it.
+    pub capacity: Option<u64>,
+    /// Free device memory.
+    pub free: Option<u64>,
+    /// Bytes allocated by the framework's allocator.
+    pub allocated: Option<u64>,
+    /// Bytes reserved by the framework's caching allocator (allocated + cached).
+    pub reserved: Option<u64>,
+    /// Device memory of the failing process, including non-framework memory.
+    pub process_used: Option<u64>,
+    /// Other processes on the device.
+    pub other_processes: Vec<OtherProcess>,
+}
+
+impl Fields {
+    /// Fills every field still missing from `other`.
+    pub fn fill_from(&mut self, other: &Fields) {
+        self.gpu = self.gpu.or(other.gpu);
+        self.pid = self.pid.or(other.pid);
+        self.requested = self.requested.or(other.requested);
+        self.capacity = self.capacity.or(other.capacity);
+        self.free = self.free.or(other.free);
+        self.allocated = self.allocated.or(other.allocated);
+        self.reserved = self.reserved.or(other.reserved);
+        self.process_used = self.process_used.or(other.process_used);
+        if self.other_processes.is_empty() {
+            self.other_processes.clone_from(&other.other_processes);
+        }
+    }
+
+    /// True when every number `self` states is stated equally by `other` (sizes within rounding:
+    /// 0.5 % or 256 bytes, the BFC rounding).
+    fn subsumed_by(&self, other: &Fields) -> bool {
+        fn close(a: Option<u64>, b: Option<u64>) -> bool {
+            match (a, b) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(a), Some(b)) => a.abs_diff(b) <= (a.max(b) / 200).max(256),
+            }
+        }
+        let same = |a: Option<u32>, b: Option<u32>| a.is_none() || a == b;
+        same(self.gpu, other.gpu)
+            && same(self.pid, other.pid)
+            && close(self.requested, other.requested)
+            && close(self.capacity, other.capacity)
+            && close(self.free, other.free)
+            && close(self.allocated, other.allocated)
+            && close(self.reserved, other.reserved)
+            && close(self.process_used, other.process_used)
+            && (self.other_processes.is_empty() || self.other_processes == other.other_processes)
+    }
+}
+
+/// One failure found in a log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedOom {
+    /// [`OomKind::CudaOom`] for job logs ([`LogParser`]); [`OomKind::Xid`] or
+    /// [`OomKind::HostOomKill`] for kernel log lines ([`ParsedOom::from_kernel`]).
+    pub kind: OomKind,
+    /// `pytorch`, `tensorflow`, `jax`, `cuda`, `nccl`, `cublas`, `cudnn`, `hip`, `cupy`,
+    /// `llama.cpp`, `vllm`; `kernel` for kernel log lines.
+    pub framework: &'static str,
+    /// The Xid number (kernel `NVRM: Xid` lines only).
+    pub xid: Option<u32>,
+    /// The numbers.
+    pub fields: Fields,
+    /// When it failed, read from the traceback and the message (`phase.rs`).
+    pub phase: Option<PhaseFinding>,
+    /// For a host-memory failure seen in a job's log: how direct the evidence is (`host.rs`).
+    pub host_evidence: Option<HostEvidence>,
+    /// 1-based line where the event starts.
+    pub line: u64,
+    /// The event's lines as printed (bounded, see the module docs).
+    pub lines: Vec<String>,
+}
+
+/// The JSON line of `oomlens-agent parse --json` (keys and order are a stable interface).
+#[derive(Debug, serde::Serialize)]
+struct JsonOom<'a> {
+    kind: &'static str,
+    framework: &'static str,
+    gpu_index: Option<u32>,
+    pid: Option<u32>,
+    requested_bytes: Option<u64>,
+    capacity_bytes: Option<u64>,
+    free_bytes: Option<u64>,
+    allocated_bytes: Option<u64>,
+    reserved_bytes: Option<u64>,
+    reserved_unallocated_bytes: Option<u64>,
+    process_used_bytes: Option<u64>,
+    other_processes: Vec<JsonProcess>,
+    xid: Option<u32>,
+    phase: Option<&'static str>,
+    phase_clue: Option<&'a str>,
+    host_evidence: Option<&'static str>,
+    line: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct JsonProcess {
+    pid: u32,
+    used_bytes: u64,
+}
+
+impl ParsedOom {
+    /// `reserved − allocated`, when both are known.
+    pub fn reserved_unallocated(&self) -> Option<u64> {
+        Some(self.fields.reserved?.saturating_sub(self.fields.allocated?))
+    }
+
+    /// A kernel log line's event (from [`KmsgParser`](crate::kernel::KmsgParser)) found at
+    /// 1-based line `line` whose text is `text`: framework `kernel`, its kind, GPU index (when
+    /// the parser's PCI map knows the address), pid and Xid number.
+    pub fn from_kernel(event: &OomEvent, line: u64, text: &str) -> ParsedOom {
+        ParsedOom {
+            kind: event.kind,
+            framework: "kernel",
+            xid: event.xid,
+            fields: Fields { gpu: event.gpu_index, pid: event.pid, ..Fields::default() },
+            phase: None,
+            host_evidence: None,
+            line,
+            lines: vec![text::bounded(text).to_owned()],
+        }
+    }
+
+    /// The event's lines joined with `\n`.
+    pub fn raw_message(&self) -> String {
+        self.lines.join("\n")
+    }
+
+    /// The wire event (its kind, source `log`); `event_id` is left 0 for the caller to set.
+    pub fn to_event(&self, ts_ms: i64) -> OomEvent {
+        let f = &self.fields;
+        OomEvent {
+            event_id: 0,
+            ts_ms,
+            kind: self.kind,
+            source: EventSource::Log,
+            framework: self.framework.to_owned(),
+            gpu_index: f.gpu,
+            pid: f.pid,
+            requested_bytes: f.requested,
+            capacity_bytes: f.capacity,
+            free_bytes: f.free,
+            allocated_bytes: f.allocated,
+            reserved_bytes: f.reserved,
+            process_used_bytes: f.process_used,
+            other_processes: f.other_processes.clone(),
+            xid: self.xid,
+            phase: self.phase.as_ref().map_or(Phase::Unknown, |p| p.phase),
+            labels: self.labels(),
+            raw_message: self.raw_message(),
+            ..OomEvent::default()
+        }
+    }
+
+    /// The labels the event carries: where its phase came from and its clue, the host-memory
+    /// evidence.
+    pub fn labels(&self) -> Vec<Label> {
+        let mut labels = Vec::new();
+        if let Some(p) = &self.phase {
+            labels.push(Label { key: PHASE_SOURCE_LABEL.into(), value: "traceback".into() });
+            labels.push(Label { key: PHASE_CLUE_LABEL.into(), value: clip(&p.clue) });
+        }
+        if let Some(e) = self.host_evidence {
+            labels.push(Label { key: host::EVIDENCE_LABEL.into(), value: e.as_str().into() });
+        }
+        labels
+    }
+
+    /// One JSON object (one line), the keys of [`JsonOom`] in order.
+    pub fn to_json(&self) -> String {
+        let f = &self.fields;
+        let j = JsonOom {
+            kind: self.kind.as_str(),
+            framework: self.framework,
+            gpu_index: f.gpu,
+            pid: f.pid,
+            requested_bytes: f.requested,
+            capacity_bytes: f.capacity,
+            free_bytes: f.free,
+            allocated_bytes: f.allocated,
+            reserved_bytes: f.reserved,
+            reserved_unallocated_bytes: self.reserved_unallocated(),
+            process_used_bytes: f.process_used,
+            other_processes: f
+                .other_processes
+                .iter()
+                .map(|p| JsonProcess { pid: p.pid, used_bytes: p.used_bytes })
+                .collect(),
+            xid: self.xid,
+            phase: self.phase.as_ref().map(|p| p.phase.as_str()),
+            phase_clue: self.phase.as_ref().map(|p| p.clue.as_str()),
+            host_evidence: self.host_evidence.map(HostEvidence::as_str),
+            line: self.line,
+        };
+        // Serialising plain integers, options and strings cannot fail.
+        serde_json::to_string(&j).unwrap_or_default()
+    }
+
+    /// A human summary: a headline and the numbers that are known.
+    pub fn summary(&self) -> String {
+        let f = &self.fields;
+        let mut s = format!("line {}: {} {}", self.line, self.framework, self.kind.as_str());
+        if let Some(g) = f.gpu {
+            let _ = write!(s, " on GPU {g}");
+        }
+        if let Some(p) = f.pid {
+            let _ = write!(s, ", pid {p}");
+        }
+        if let Some(x) = self.xid {
+            let _ = write!(s, ", Xid {x}");
+        }
+        if let Some(e) = self.host_evidence {
+            let _ = write!(s, " (host memory: {})", e.as_str());
+        }
+        if let Some(p) = &self.phase {
+            let _ = write!(s, "\n  {:<25} {} ({})", "phase", p.phase.as_str(), p.clue);
+        }
+        let size = |v: u64| format!("{} ({v} B)", units::format_size(v));
+        for (label, v) in [
+            ("requested", f.requested),
+            ("capacity", f.capacity),
+            ("free", f.free),
+            ("allocated", f.allocated),
+            ("reserved", f.reserved),
+            ("reserved but unallocated", self.reserved_unallocated()),
+            ("process used", f.process_used),
+        ] {
+            if let Some(v) = v {
+                let _ = write!(s, "\n  {label:<25} {}", size(v));
+            }
+        }
+        for p in &f.other_processes {
+            let _ = write!(s, "\n  {:<25} {}", format!("process {}", p.pid), size(p.used_bytes));
+        }
+        s
+    }
+}
+
+/// Raw lines of an event, bounded in count and bytes.
+#[derive(Debug, Default)]
+struct RawLines {
+    lines: Vec<String>,
+    bytes: usize,
+    omitted: u64,
+}
+
+impl RawLines {
+    fn push(&mut self, line: &str) {
+        if self.lines.len() < MAX_EVENT_LINES && self.bytes + line.len() < MAX_RAW_BYTES {
+            self.bytes += line.len() + 1;
+            self.lines.push(line.to_owned());
+        } else {
+            self.omitted += 1;
+        }
+    }
+
+    fn into_lines(mut self) -> Vec<String> {
+        if self.omitted > 0 {
+            self.lines.push(format!("[oomlens: {} more lines not kept]", self.omitted));
+        }
+        self.lines
+    }
+}
+
+/// A traceback that may end in an OOM.
+#[derive(Debug)]
+struct Traceback {
+    start: u64,
+    origin: Origin,
+    head: Vec<String>,
+    tail: VecDeque<String>,
+    omitted: u64,
+    /// Lines since the exception line (the first line that is not a frame).
+    since_exception: Option<u32>,
+}
+
+impl Traceback {
+    fn new(start: u64, origin: Origin, line: &str) -> Self {
+        Traceback {
+            start,
+            origin,
+            head: vec![line.to_owned()],
+            tail: VecDeque::new(),
+            omitted: 0,
+            since_exception: None,
+        }
+    }
+
+    fn push(&mut self, line: &str) {
+        if self.head.len() < TRACEBACK_HEAD {
+            self.head.push(line.to_owned());
+            return;
+        }
+        if self.tail.len() == TRACEBACK_TAIL {
+            self.tail.pop_front();
+            self.omitted += 1;
+        }
+        self.tail.push_back(line.to_owned());
+    }
+
+    fn bytes(&self) -> usize {
+        self.head.iter().chain(&self.tail).map(String::len).sum()
+    }
+
+    fn lines(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    fn into_raw(self) -> RawLines {
+        let mut raw = RawLines::default();
+        for l in &self.head {
+            raw.push(l);
+        }
+        if self.omitted > 0 {
+            raw.push(&format!("[oomlens: {} traceback lines not kept]", self.omitted));
+        }
+        for l in &self.tail {
+            raw.push(l);
+        }
+        raw
+    }
+}
+
+fn is_frame(body: &str) -> bool {
+    body.starts_with([' ', '\t'])
+        || body.starts_with("Traceback (most recent call last)")
+        || body.starts_with("During handling of the above exception")
+        || body.starts_with("The above exception was the direct cause")
+}
+
+/// An event still taking lines.
+#[derive(Debug)]
+struct Pending {
+    family: Family,
+    families: u16,
+    origin: Origin,
+    start: u64,
+    raw: RawLines,
+    compact: String,
+    fields: Fields,
+    idle: u32,
+    complete: bool,
+    /// Compact text of the first OOM line (tells number-less failures apart).
+    signature: String,
+    /// Value of the parser's line counter when the event opened.
+    fed_start: u64,
+    /// The strongest host-memory symptom of a [`Family::Host`] event.
+    host: Option<HostSymptom>,
+    /// The event began with a traceback.
+    traceback: bool,
+}
+
+impl Pending {
+    fn idle_limit(&self) -> u32 {
+        match self.family {
+            Family::Torch => 16,
+            Family::Bfc => 256,
+            Family::TfTensor | Family::Jax => 32,
+            Family::Host => 16,
+            _ => 8,
+        }
+    }
+
+    fn push_line(&mut self, raw: &str, compact: &str, origin: &Origin) {
+        self.raw.push(raw);
+        let before = self.compact.len();
+        if self.compact.len() + compact.len() <= MAX_COMPACT_BYTES {
+            self.compact.push_str(compact);
+        }
+        if self.signature.is_empty() {
+            let mut end = compact.len().min(256);
+            while !compact.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.signature = compact[..end].to_owned();
+        }
+        if self.family != Family::Torch {
+            frameworks::extract(compact, &mut self.fields);
+        }
+        self.fields.pid = self.fields.pid.or(origin.pid);
+        self.fields.gpu = self.fields.gpu.or(origin.gpu);
+        if self.origin.key.is_empty() && !origin.key.is_empty() {
+            self.origin.key.clone_from(&origin.key);
+        }
+        self.idle = 0;
+        if self.family == Family::Torch && !self.complete {
+            // The appended text and the 96 bytes before it (a phrase may straddle the wrap).
+            let mut from = before.saturating_sub(96);
+            while !self.compact.is_char_boundary(from) {
+                from -= 1;
+            }
+            self.complete = pytorch::complete(&self.compact[from..]);
+        }
+    }
+
+    /// Keeps the strongest host symptom (and the first pid named).
+    fn add_symptom(&mut self, s: Option<HostSymptom>) {
+        let Some(s) = s else {
+            return;
+        };
+        let pid = s.pid;
+        match &mut self.host {
+            Some(h) if h.evidence.strength() >= s.evidence.strength() => h.pid = h.pid.or(pid),
+            h => *h = Some(HostSymptom { pid: pid.or(h.as_ref().and_then(|x| x.pid)), ..s }),
+        }
+    }
+
+    fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
+        if self.family == Family::Torch {
+            pytorch::continues(body)
+        } else {
+            frameworks::continues(self.family, compact, origin, self.fields.pid)
+        }
+    }
+}
+
+/// An event reported recently (for dropping repeated prints of it).
+#[derive(Debug)]
+struct Recent {
+    fields: Fields,
+    framework: &'static str,
+    key: String,
+    signature: String,
+    ended: u64,
+}
+
+/// The streaming parser. Feed it lines in order; it returns events as they close.
+#[derive(Debug, Default)]
+pub struct LogParser {
+    line: u64,
+    pending: Vec<Pending>,
+    tracebacks: Vec<Traceback>,
+    recent: VecDeque<Recent>,
+    fed: u64,
+    work: usize,
+    duplicates: u64,
+    /// The last serving-engine memory-profiling line: (line number, compact text).
+    profile: Option<(u64, String)>,
+}
+
+impl LogParser {
+    /// A parser at line 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lines fed so far.
+    pub fn lines_fed(&self) -> u64 {
+        self.fed
+    }
+
+    /// The first line of the oldest event still open (pending message or traceback): an event
+    /// closed later starts at this line or after it.
+    pub fn earliest_open_line(&self) -> Option<u64> {
+        self.pending.iter().map(|p| p.start).chain(self.tracebacks.iter().map(|t| t.start)).min()
+    }
+
+    /// Repeated prints of an already reported failure that were dropped.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Bytes of lines currently held (open events and the open traceback).
+    pub fn buffered_bytes(&self) -> usize {
+        self.pending.iter().map(|p| p.raw.bytes + p.compact.len()).sum::<usize>()
+            + self.tracebacks.iter().map(Traceback::bytes).sum::<usize>()
+    }
+
+    /// Lines currently held.
+    pub fn buffered_lines(&self) -> usize {
+        self.pending.iter().map(|p| p.raw.lines.len()).sum::<usize>()
+            + self.tracebacks.iter().map(Traceback::lines).sum::<usize>()
+    }
+
+    /// Bytes examined for the last line (bounded by [`MAX_LINE_WORK`]).
+    pub fn last_line_work(&self) -> usize {
+        self.work
+    }
+
+    /// Feeds the next line (with or without its newline); returns the events it closed. Lines
+    /// are numbered 1, 2, … in the order fed.
+    pub fn feed_line(&mut self, line: &str) -> Vec<ParsedOom> {
+        self.feed_numbered_line(self.fed + 1, line)
+    }
+
+    /// Feeds a line whose number in its file is `number` (1-based): for callers that join
+    /// physical lines (CRI / Docker partial lines) and report where each logical line began.
+    pub fn feed_numbered_line(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
+        self.fed += 1;
+        self.line = number;
+        let raw = text::bounded(line);
+        let (body, origin) = prefix::strip(raw);
+        let c = text::compact(body);
+        self.work = raw.len() + c.len();
+        let mut out = Vec::new();
+
+        if c.contains("memoryprofilingresults:") || c.contains("total_gpu_memory=") {
+            self.profile = Some((self.line, c.clone()));
+        }
+        let mut symptom = None;
+        let family = frameworks::detect(&c).or_else(|| bfc_dump(&origin, raw, &c)).or_else(|| {
+            symptom = host::detect(body).filter(|s| !self.launcher_explained(s, &origin));
+            symptom.as_ref().map(|_| Family::Host)
+        });
+        if let Some(family) = family {
+            self.start(family, raw, &c, origin, symptom, &mut out);
+        } else {
+            self.work += c.len() * self.pending.len();
+            let taker = self
+                .pending
+                .iter()
+                .rposition(|p| p.origin.compatible(&origin) && p.accepts(body, &c, &origin));
+            match taker {
+                Some(i) => self.pending[i].push_line(raw, &c, &origin),
+                None => {
+                    self.track_traceback(raw, body, origin.clone());
+                    let mut i = 0;
+                    while i < self.pending.len() {
+                        let p = &mut self.pending[i];
+                        p.idle += 1;
+                        if p.complete && p.origin.compatible(&origin) {
+                            let p = self.pending.remove(i);
+                            self.close(p, &mut out);
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let now = self.fed;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = &self.pending[i];
+            if p.idle > p.idle_limit() || now.saturating_sub(p.fed_start) >= MAX_EVENT_SPAN {
+                let p = self.pending.remove(i);
+                self.close(p, &mut out);
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// End of input: closes every open event.
+    pub fn finish(&mut self) -> Vec<ParsedOom> {
+        let mut out = Vec::new();
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|p| p.start);
+        for p in pending {
+            self.close(p, &mut out);
+        }
+        self.tracebacks.clear();
+        out
+    }
+
+    /// True when a launcher's `Killing subprocess` is explained by another failure of the job: one
+    /// open or ended within [`LAUNCHER_GRACE`] lines, or an open traceback.
+    fn launcher_explained(&self, s: &HostSymptom, origin: &Origin) -> bool {
+        s.evidence == HostEvidence::Launcher
+            && (self.pending.iter().any(|p| p.family != Family::Host)
+                || self.traceback_of(origin).is_some()
+                || self.recent.iter().any(|r| self.line.saturating_sub(r.ended) <= LAUNCHER_GRACE))
+    }
+
+    fn start(
+        &mut self,
+        family: Family,
+        raw: &str,
+        c: &str,
+        origin: Origin,
+        symptom: Option<HostSymptom>,
+        out: &mut Vec<ParsedOom>,
+    ) {
+        // The same failure printed again by another layer joins the open event.
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .rev()
+            .find(|p| p.origin.compatible(&origin) && frameworks::absorbs(p.family, family))
+        {
+            p.families |= family.bit();
+            p.push_line(raw, c, &origin);
+            p.add_symptom(symptom);
+            if matches!(family, Family::TfTensor | Family::Jax) {
+                p.complete = true;
+            }
+            return;
+        }
+        // A new failure of the same stream ends the complete ones before it.
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].complete && self.pending[i].origin.compatible(&origin) {
+                let p = self.pending.remove(i);
+                self.close(p, out);
+            } else {
+                i += 1;
+            }
+        }
+        if self.pending.len() >= MAX_PENDING {
+            let p = self.pending.remove(0);
+            self.close(p, out);
+        }
+        let (start, raw_lines, traceback) = match self.traceback_of(&origin) {
+            Some(i) => {
+                let tb = self.tracebacks.remove(i);
+                (tb.start, tb.into_raw(), true)
+            }
+            None => (self.line, RawLines::default(), false),
+        };
+        let mut p = Pending {
+            family,
+            families: family.bit(),
+            origin: Origin { pid: None, gpu: None, ..origin.clone() },
+            start,
+            raw: raw_lines,
+            compact: String::new(),
+            fields: Fields::default(),
+            idle: 0,
+            complete: !matches!(family, Family::Torch | Family::Bfc),
+            signature: String::new(),
+            fed_start: self.fed,
+            host: None,
+            traceback,
+        };
+        if family == Family::Vllm
+            && let Some((at, profile)) = self.profile.take()
+            && self.line.saturating_sub(at) <= PROFILE_REACH
+        {
+            frameworks::extract(&profile, &mut p.fields);
+        }
+        p.push_line(raw, c, &origin);
+        p.add_symptom(symptom);
+        self.pending.push(p);
+    }
+
+    /// The open traceback of `origin`'s stream: same key, else (no key) the latest.
+    fn traceback_of(&self, origin: &Origin) -> Option<usize> {
+        self.tracebacks
+            .iter()
+            .rposition(|tb| tb.origin.key == origin.key)
+            .or_else(|| self.tracebacks.iter().rposition(|tb| tb.origin.compatible(origin)))
+    }
+
+    fn track_traceback(&mut self, raw: &str, body: &str, origin: Origin) {
+        let open = self.traceback_of(&origin);
+        if body.starts_with("Traceback (most recent call last)") {
+            match open {
+                // A chained exception continues the same traceback.
+                Some(i) if self.tracebacks[i].origin.key == origin.key => {
+                    let tb = &mut self.tracebacks[i];
+                    tb.push(raw);
+                    tb.since_exception = None;
+                }
+                _ => {
+                    if self.tracebacks.len() >= MAX_PENDING {
+                        self.tracebacks.remove(0);
+                    }
+                    self.tracebacks.push(Traceback::new(self.line, origin, raw));
+                }
+            }
+            return;
+        }
+        let Some(i) = open else {
+            return;
+        };
+        let tb = &mut self.tracebacks[i];
+        tb.push(raw);
+        if is_frame(body) {
+            tb.since_exception = None;
+        } else {
+            let n = tb.since_exception.map_or(0, |n| n + 1);
+            tb.since_exception = Some(n);
+            if n >= TRACEBACK_GRACE {
+                self.tracebacks.remove(i);
+            }
+        }
+    }
+
+    fn close(&mut self, p: Pending, out: &mut Vec<ParsedOom>) {
+        self.work += p.compact.len() * 2;
+        let mut fields = Fields::default();
+        pytorch::extract(&p.compact, &mut fields);
+        frameworks::extract(&p.compact, &mut fields);
+        fields.fill_from(&p.fields);
+        resolve_own_process(&mut fields);
+        let numbered = fields.requested.is_some() || fields.capacity.is_some() || fields.allocated.is_some();
+        let (kind, framework, host_evidence) = match &p.host {
+            Some(h) if p.family == Family::Host => (OomKind::HostOomKill, h.framework, Some(h.evidence)),
+            // TensorFlow's allocation on the host (`… on /job:…/device:CPU:0 by allocator cpu`).
+            _ if p.family == Family::TfTensor && p.compact.contains("byallocatorcpu") => {
+                (OomKind::HostOomKill, "tensorflow", Some(HostEvidence::Allocation))
+            }
+            _ => (
+                OomKind::CudaOom,
+                frameworks::framework(p.families, &p.compact, p.origin.src.as_deref()),
+                None,
+            ),
+        };
+        if let Some(h) = &p.host
+            && fields.pid.is_none()
+        {
+            fields.pid = h.pid;
+        }
+        let end = self.line;
+        let dup = self.recent.iter().any(|r| {
+            r.framework == framework
+                && end.saturating_sub(r.ended) <= DEDUP_WINDOW
+                && (r.key.is_empty() || p.origin.key.is_empty() || r.key == p.origin.key)
+                && fields.subsumed_by(&r.fields)
+                // Without numbers: the same words again, or a wrapper re-raising the failure
+                // with its own words right after it.
+                && (numbered
+                    || r.signature == p.signature
+                    || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW))
+        });
+        if dup {
+            self.duplicates += 1;
+            return;
+        }
+        if self.recent.len() == MAX_PENDING {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Recent {
+            fields: fields.clone(),
+            framework,
+            key: p.origin.key.clone(),
+            signature: p.signature,
+            ended: end,
+        });
+        let lines = p.raw.into_lines();
+        let phase = if p.compact.contains("dataloaderworker") {
+            Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })
+        } else {
+            phase::phase_of(&lines, &p.compact)
+        };
+        out.push(ParsedOom {
+            kind,
+            framework,
+            xid: None,
+            fields,
+            phase,
+            host_evidence,
+            line: p.start,
+            lines,
+        });
+    }
+}
+
+/// The allocator dump TensorFlow's BFC allocator prints only when it ran out of memory, in a paste
+/// that lacks its first line: the chunk map (`bfc_allocator.cc:270] ****xxxx____`) or the summary
+/// (`Summary of in-use Chunks by size`).
+fn bfc_dump(origin: &Origin, raw: &str, c: &str) -> Option<Family> {
+    let bfc = origin.src.as_deref().is_some_and(|s| s.contains("bfc_allocator"))
+        || raw.contains("bfc_allocator.cc:");
+    // The body after the source location (`… bfc_allocator.cc:270] ****xxxx`).
+    let c = c.rsplit_once(']').map_or(c, |(_, rest)| rest);
+    let map = c.len() >= 32 && c.bytes().all(|b| matches!(b, b'*' | b'_' | b'x'));
+    (bfc && (map || c.starts_with("summaryofin-usechunksbysize"))).then_some(Family::Bfc)
+}
+
+/// Which listed process is the failing one. PyTorch 2.x lists every process NVML sees on the GPU
+/// and prints the failing one as `Including non-PyTorch memory, this process has X` — unless the
+/// job runs in its own PID namespace (containers), where NVML's host pid differs from the job's
+/// own and the failing process appears as one more `Process P has X`. Then it is the listed
+/// process that holds at least the allocator's reserved bytes (its allocator's memory is part of
+/// its GPU memory) with the least memory above them; its pid is taken only when no other listed
+/// process qualifies. The other listed processes are the GPU's other tenants.
+fn resolve_own_process(f: &mut Fields) {
+    // `Process P has X` where P is the failing process itself (pid known from a prefix).
+    if let Some(pid) = f.pid
+        && let Some(i) = f.other_processes.iter().position(|o| o.pid == pid)
+    {
+        let own = f.other_processes.remove(i);
+        f.process_used.get_or_insert(own.used_bytes);
+        return;
+    }
+    if f.process_used.is_some() || f.other_processes.is_empty() {
+        return;
+    }
+    let Some(floor) = f.reserved.or(f.allocated) else {
+        return;
+    };
+    let holding = || f.other_processes.iter().enumerate().filter(|(_, o)| o.used_bytes >= floor);
+    let count = holding().count();
+    let Some((i, _)) = holding().min_by_key(|(_, o)| o.used_bytes) else {
+        return;
+    };
+    let own = f.other_processes.remove(i);
+    f.process_used = Some(own.used_bytes);
+    if count == 1 && f.pid.is_none() {
+        f.pid = Some(own.pid);
+    }
+}
+
+/// `s` cut to the wire limit of a label value (at a character boundary).
+fn clip(s: &str) -> String {
+    let mut end = s.len().min(oomlens_schema::limits::MAX_STRING);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// Parses a whole text (tests, the `parse` command on small inputs).
+pub fn parse_all<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<ParsedOom> {
+    let mut p = LogParser::new();
+    let mut out = Vec::new();
+    for l in lines {
+        out.extend(p.feed_line(l));
+    }
+    out.extend(p.finish());
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+//! Unit tests of the streaming parser (the fixture corpus is in `agent/tests/parse_fixtures.rs`).
+
+use proptest::prelude::*;
+
+use super::units::{GIB, MIB};
+use super::*;
+
+const V2: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of \
+79.11 GiB of which 1.12 GiB is free. Process 23456 has 20.00 GiB memory in use. Including non-PyTorch memory, this \
+process has 58.00 GiB memory in use. Of the allocated memory 55.00 GiB is allocated by PyTorch, and 1024.00 MiB is \
+reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  \
+(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    text.as_bytes().chunks(width).map(|c| String::from_utf8_lossy(c).into_owned()).collect()
+}
+
+fn check_v2(e: &ParsedOom) {
+    assert_eq!(e.framework, "pytorch");
+    assert_eq!(e.fields.gpu, Some(0));
+    assert_eq!(e.fields.requested, Some(3 * GIB / 2));
+    assert_eq!(e.fields.allocated, Some(55 * GIB));
+    assert_eq!(e.fields.reserved, Some(56 * GIB));
+    assert_eq!(e.fields.process_used, Some(58 * GIB));
+    assert_eq!(e.fields.other_processes, vec![OtherProcess { pid: 23456, used_bytes: 20 * GIB }]);
+    assert_eq!(e.reserved_unallocated(), Some(1024 * MIB));
+}
+
+#[test]
+fn one_line_message() {
+    let events = parse_all(["step 1 loss 2.0", V2, "step 2"]);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].line, 2);
+    check_v2(&events[0]);
+}
+
+#[test]
+fn hard_wrapped_mid_word_and_interleaved() {
+    let mut lines = vec!["epoch 3".to_owned()];
+    let wrapped = wrap(V2, 80);
+    for (i, l) in wrapped.iter().enumerate() {
+        lines.push(l.clone());
+        if i == 2 {
+            lines.push("[rank1]: step 40 loss 2.3141 lr 3.0e-04".to_owned());
+            lines.push("step 41 loss 2.3140 lr 3.0e-04".to_owned());
+        }
+    }
+    lines.push("wandb: Waiting for W&B process to finish...".to_owned());
+    let events = parse_all(lines.iter().map(String::as_str));
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].line, 2);
+    check_v2(&events[0]);
+    assert_eq!(events[0].lines.len(), wrapped.len());
+}
+
+#[test]
+fn traceback_is_part_of_the_event() {
+    let text = format!(
+        "loading\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    main()\n{V2}\nbye"
+    );
+    let events = parse_all(text.lines());
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].line, 2);
+    assert!(events[0].raw_message().starts_with("Traceback (most recent call last):\n  File"));
+    check_v2(&events[0]);
+}
+
+#[test]
+fn repeated_print_is_one_event() {
+    let text =
+        format!("{V2}\nThe above exception was the direct cause of the following exception:\n\n{V2}\n");
+    let mut p = LogParser::new();
+    let mut events = Vec::new();
+    for l in text.lines() {
+        events.extend(p.feed_line(l));
+    }
+    events.extend(p.finish());
+    assert_eq!(events.len(), 1);
+    assert_eq!(p.duplicates(), 1);
+}
+
+#[test]
+fn ranks_are_kept_apart() {
+    let a = V2.replace("GPU 0", "GPU 1");
+    let lines: Vec<String> = wrap(V2, 70)
+        .into_iter()
+        .zip(wrap(&a, 70))
+        .flat_map(|(x, y)| [format!("[rank0]: {x}"), format!("[rank1]: {y}")])
+        .collect();
+    let events = parse_all(lines.iter().map(String::as_str));
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let gpus: Vec<_> = events.iter().map(|e| e.fields.gpu).collect();
+    assert!(gpus.contains(&Some(0)) && gpus.contains(&Some(1)));
+    for e in &events {
+        assert_eq!(e.fields.allocated, Some(55 * GIB));
+    }
+}
+
+#[test]
+fn json_has_exactly_the_keys() {
+    let e = &parse_all([V2])[0];
+    let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut expected = vec![
+        "kind",
+        "framework",
+        "gpu_index",
+        "pid",
+        "requested_bytes",
+        "capacity_bytes",
+        "free_bytes",
+        "allocated_bytes",
+        "reserved_bytes",
+        "reserved_unallocated_bytes",
+        "process_used_bytes",
+        "other_processes",
+        "xid",
+        "phase",
+        "phase_clue",
+        "host_evidence",
+        "line",
+    ];
+    let mut got = keys.clone();
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(got, expected);
+    assert!(
+        e.to_json()
+            .starts_with("{\"kind\":\"cuda_oom\",\"framework\":\"pytorch\",\"gpu_index\":0,\"pid\":null")
+    );
+    let ev = e.to_event(42);
+    assert_eq!((ev.kind, ev.source, ev.ts_ms), (OomKind::CudaOom, EventSource::Log, 42));
+    assert_eq!(ev.raw_message, V2);
+    assert!(e.summary().contains("requested"));
+}
+
+#[test]
+fn open_events_time_out() {
+    let mut p = LogParser::new();
+    assert!(p.feed_line("RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 1").is_empty());
+    let mut got = Vec::new();
+    for i in 0..100 {
+        got.extend(p.feed_line(&format!("unrelated {i}")));
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].fields.requested, Some(2 * MIB));
+    assert_eq!(p.buffered_lines(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_input_never_panics(lines in proptest::collection::vec("\\PC{0,300}", 0..60)) {
+        let mut p = LogParser::new();
+        for l in &lines {
+            let _ = p.feed_line(l);
+            prop_assert!(p.last_line_work() <= MAX_LINE_WORK);
+        }
+        let _ = p.finish();
+    }
+
+    #[test]
+    fn oom_like_noise_keeps_buffers_bounded(
+        picks in proptest::collection::vec(0usize..8, 1..600),
+        long in 1usize..20_000,
+    ) {
+        let pieces = [
+            "Traceback (most recent call last):".to_owned(),
+            "  File \"x.py\", line 1, in f".to_owned(),
+            "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.0KiB (rounded to 1024)".to_owned(),
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB. GPU 0 has a total".to_owned(),
+            "capacity of which is free memory in use Process 1 has 1 GiB memory in use".to_owned(),
+            format!("[rank{long}]: Cuda failure 'out of memory'"),
+            "x".repeat(long),
+            format!("RuntimeError: CUDA error: out of memory {}", "y".repeat(long)),
+        ];
+        let mut p = LogParser::new();
+        for (n, i) in picks.iter().enumerate() {
+            let _ = p.feed_line(&pieces[*i]);
+            prop_assert!(p.last_line_work() <= MAX_LINE_WORK, "work {} at line {n}", p.last_line_work());
+            prop_assert!(p.buffered_lines() <= MAX_PENDING * (MAX_EVENT_LINES + 1) + TRACEBACK_HEAD + TRACEBACK_TAIL);
+            prop_assert!(p.buffered_bytes() <= MAX_PENDING * (MAX_RAW_BYTES + MAX_COMPACT_BYTES) + (TRACEBACK_HEAD + TRACEBACK_TAIL) * text::MAX_LINE_BYTES);
+        }
+        for e in p.finish() {
+            prop_assert!(e.raw_message().len() <= oomlens_schema::limits::MAX_RAW_MESSAGE);
+        }
+    }
+}
