@@ -20,6 +20,10 @@ pub enum SourceKind {
     Nvml,
     /// The deterministic fleet simulator.
     Simulator,
+    /// No GPU readings: only the job logs, the kernel log and the hook (CPU nodes, testing). No
+    /// samples, no vanished-process detection, no flight recorder, no capacity for events whose
+    /// message has none.
+    None,
 }
 
 /// `[agent]`: identity.
@@ -44,7 +48,7 @@ impl Default for AgentSection {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceSection {
-    /// `nvml` or `simulator`.
+    /// `nvml`, `simulator` or `none`.
     pub kind: SourceKind,
     /// Milliseconds between readings.
     pub interval_ms: u64,

@@ -73,7 +73,8 @@ struct RunArgs {
     /// Stable agent id (default: node name).
     #[arg(long, env = "OOMLENS_AGENT_ID")]
     agent_id: Option<String>,
-    /// Source of readings.
+    /// Source of readings: `nvml` (real GPUs), `simulator`, or `none` (no GPU readings: only job
+    /// logs, the kernel log and the hook report failures — CPU nodes, testing).
     #[arg(long, value_enum, env = "OOMLENS_SOURCE")]
     source: Option<SourceKind>,
     /// Milliseconds between readings.

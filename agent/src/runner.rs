@@ -102,6 +102,14 @@ pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, 
             ..NvmlOptions::default()
         })?),
         SourceKind::Simulator => Box::new(Simulator::new(&cfg.agent.node, cfg.simulator.clone(), start_ms)?),
+        SourceKind::None => {
+            warn!(
+                "source.kind = \"none\": no GPU readings — only job logs, the kernel log and the hook report \
+                 failures; no samples, no vanished-process detection, no flight recorder, and events whose \
+                 message has no capacity keep none"
+            );
+            Box::new(crate::source::NoGpus)
+        }
     })
 }
 
@@ -165,6 +173,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         gpus: source.inventory(),
     };
     let inventory = hello.gpus.clone();
+    let detect = detect.with_inventory(&inventory);
     info!(source = source.name(), gpus = hello.gpus.len(), node = %hello.node, boot_id = hello.boot_id, "agent starting");
 
     let u = &cfg.uplink;
@@ -221,7 +230,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     );
     let sampler_stop = Arc::new(AtomicBool::new(false));
     let clock = match cfg.source.kind {
-        SourceKind::Nvml => Clock::Real,
+        SourceKind::Nvml | SourceKind::None => Clock::Real,
         SourceKind::Simulator => Clock::Simulated { start_ms, speed: cfg.source.speed },
     };
     let duration = (cfg.source.duration_s > 0).then(|| Duration::from_secs(cfg.source.duration_s));

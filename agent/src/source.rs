@@ -45,3 +45,22 @@ pub trait Source: Send {
     /// samples and counted in [`Reading::missing_fields`]; this call itself never fails.
     fn sample(&mut self, ts_ms: i64) -> Reading;
 }
+
+/// The source of a node without GPU readings (`source.kind = "none"`): no GPUs, empty readings.
+/// The detectors (job logs, kernel log, hook) still report failures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGpus;
+
+impl Source for NoGpus {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn inventory(&self) -> Vec<GpuInfo> {
+        Vec::new()
+    }
+
+    fn sample(&mut self, _ts_ms: i64) -> Reading {
+        Reading::default()
+    }
+}

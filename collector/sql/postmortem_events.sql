@@ -1,5 +1,5 @@
 -- name: postmortem_events
--- description: The OOM events a postmortem is about: events in [since_ms, until_ms) (re-sent duplicates collapsed), filtered by event id (0 = any), cluster, node, job (workload) and pod ('' = any) and GPU (-1 = any), newest first, at most max_events.
+-- description: The OOM events a postmortem is about: events in [since_ms, until_ms) (re-sent duplicates collapsed), filtered by event id (0 = any), cluster, node, job (workload) and pod ('' = any) and GPU (-1 = any), newest first, at most max_events, with their labels.
 -- param: since_ms Int64 = 0
 -- param: until_ms Int64 = 9223372036854775807
 -- param: event_id UInt64 = 0
@@ -12,12 +12,12 @@
 --
 -- The filters read fields every re-sent copy of an event shares, so they apply before the
 -- deduplication (LIMIT 1 BY) and keep the scan small; pod is the `pod` label.
-SELECT event_id, ts_ms, cluster, node, gpu_index, pid, workload, kind, pod
+SELECT event_id, ts_ms, cluster, node, gpu_index, pid, workload, kind, pod, label_keys, label_values
 FROM
 (
     SELECT
         event_id, ts_ms, cluster, node, gpu_index, pid, workload, kind,
-        label_values[indexOf(label_keys, 'pod')] AS pod, received_ms
+        label_values[indexOf(label_keys, 'pod')] AS pod, label_keys, label_values, received_ms
     FROM {db}.oom_events
     WHERE ts_ms >= ? AND ts_ms < ?
         AND has([toUInt64(0), event_id], ?)

@@ -24,6 +24,7 @@ pub mod clickhouse;
 pub mod config;
 pub mod demo;
 pub mod devch;
+pub mod explain;
 pub mod fault;
 pub mod identity;
 pub mod metrics;

@@ -14,7 +14,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{self, AttributionError, ExplainedEvent};
+use crate::attribution::{self, AttributionError, EventJson, ExplainedEvent};
 use crate::queries::{self, ParamValue};
 use crate::report::human_bytes;
 use crate::timearg::format_ms;
@@ -98,6 +98,17 @@ pub struct EventRef {
     pub kind: String,
     /// The `pod` label ('' when none).
     pub pod: String,
+    /// Label keys.
+    pub label_keys: Vec<String>,
+    /// Label values (parallel to `label_keys`).
+    pub label_values: Vec<String>,
+}
+
+impl EventRef {
+    /// The labels as pairs.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        self.label_keys.iter().cloned().zip(self.label_values.iter().cloned()).collect()
+    }
 }
 
 /// The events of `sel`, newest first.
@@ -291,55 +302,13 @@ pub struct NeighbourJson {
     pub present: bool,
 }
 
-/// The `--json` document of one event (one per line).
+/// The `--json` document of one event (one per line): the attributed event (shared with
+/// `oomlens explain`), its ranked neighbours and its memory curve.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PostmortemJson {
-    /// Event id.
-    pub event_id: u64,
-    /// Failure time, epoch ms.
-    pub ts_ms: i64,
-    /// Failure time, RFC 3339.
-    pub time: String,
-    /// Cluster.
-    pub cluster: String,
-    /// Node.
-    pub node: String,
-    /// GPU.
-    pub gpu_index: Option<u32>,
-    /// PID.
-    pub pid: Option<u32>,
-    /// Workload.
-    pub workload: String,
-    /// Pod label.
-    pub pod: String,
-    /// Kind.
-    pub kind: String,
-    /// Effective phase.
-    pub phase: String,
-    /// `reported`, `inferred`, `unknown`.
-    pub phase_source: String,
-    /// Scenario.
-    pub scenario: String,
-    /// Rule.
-    pub rule: String,
-    /// Confidence in `[0, 1]`.
-    pub confidence: f64,
-    /// Evidence lines.
-    pub evidence: Vec<String>,
-    /// Missing data.
-    pub missing: Vec<String>,
-    /// Remedy.
-    pub remedy: String,
-    /// Capacity.
-    pub capacity_bytes: Option<u64>,
-    /// Requested bytes.
-    pub requested_bytes: Option<u64>,
-    /// Static estimate from the job shape.
-    pub static_estimate_bytes: Option<u64>,
-    /// What the process alone needed.
-    pub need_alone_bytes: Option<u64>,
-    /// Other processes' memory at the failure.
-    pub others_bytes: Option<u64>,
+    /// The event, its evidence and attribution.
+    #[serde(flatten)]
+    pub event: EventJson,
     /// Ranked neighbours.
     pub neighbours: Vec<NeighbourJson>,
     /// The memory curve.
@@ -352,29 +321,7 @@ impl Postmortem {
         let f = &self.explained.event.features;
         let a = &self.explained.event.attribution;
         PostmortemJson {
-            event_id: f.event_id,
-            ts_ms: f.ts_ms,
-            time: format_ms(f.ts_ms),
-            cluster: f.cluster.clone(),
-            node: f.node.clone(),
-            gpu_index: f.gpu_index,
-            pid: f.pid,
-            workload: f.workload.clone(),
-            pod: self.event.pod.clone(),
-            kind: f.kind.clone(),
-            phase: f.phase_effective.clone(),
-            phase_source: f.phase_source.clone(),
-            scenario: a.scenario.as_str().to_owned(),
-            rule: a.rule.id().to_owned(),
-            confidence: a.confidence(),
-            evidence: a.evidence.clone(),
-            missing: a.missing.iter().map(|m| (*m).to_owned()).collect(),
-            remedy: a.remedy.to_owned(),
-            capacity_bytes: f.capacity_bytes,
-            requested_bytes: f.requested_bytes,
-            static_estimate_bytes: f.static_estimate_bytes,
-            need_alone_bytes: f.need_alone_bytes,
-            others_bytes: f.others_bytes,
+            event: EventJson::new(f, a, &self.event.labels()),
             neighbours: self
                 .explained
                 .neighbours
@@ -417,18 +364,22 @@ impl Postmortem {
             if f.workload.is_empty() { "(no workload)" } else { &f.workload },
             if self.event.pod.is_empty() { String::new() } else { format!(" pod {}", self.event.pod) },
         )?;
+        let alternatives: Vec<String> =
+            a.alternatives.iter().map(|x| format!("{} {} %", x.scenario, x.confidence_pct)).collect();
         writeln!(
             out,
-            "  verdict: {} ({} %, rule {}), kind {}, source {}{}",
+            "  verdict: {} ({} %, rule {}{}), kind {}, source {}{}",
             a.scenario,
             a.confidence_pct,
             a.rule.id(),
+            if alternatives.is_empty() { String::new() } else { format!("; or {}", alternatives.join(", ")) },
             f.kind,
             f.source,
             if f.framework.is_empty() { String::new() } else { format!(", {}", f.framework) }
         )?;
         let phase = if f.phase_effective.is_empty() { "unknown" } else { &f.phase_effective };
-        writeln!(out, "  1 when:     phase {phase} ({})", f.phase_source)?;
+        let clue = if f.phase_clue.is_empty() { String::new() } else { format!(": {}", f.phase_clue) };
+        writeln!(out, "  1 when:     phase {phase} ({}{clue})", f.phase_source)?;
         writeln!(
             out,
             "  2 static:   estimate {} (params {}, {} {}), capacity {}, need alone {} ({})",
@@ -464,6 +415,12 @@ impl Postmortem {
         }
         if !a.missing.is_empty() {
             writeln!(out, "  missing:  {}", a.missing.join(", "))?;
+        }
+        if !a.decide.is_empty() {
+            writeln!(out, "  would decide:")?;
+            for d in &a.decide {
+                writeln!(out, "    - {d}")?;
+            }
         }
         if let Some(curve) = &self.curve {
             self.write_curve(curve, out, width)?;
@@ -734,7 +691,8 @@ pub fn html_head(title: &str) -> String {
 pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()> {
     let mut page = html_head("oomlens postmortem");
     for pm in pms {
-        let j = pm.to_json();
+        let doc = pm.to_json();
+        let j = &doc.event;
         let _ = write!(
             page,
             "<section id=\"event-{}\"><h2>OOM {} — {}/{} GPU {} at {}</h2>\n<p><b>{}</b> ({:.0} %, rule <code>{}</code>) — workload <code>{}</code>, pid {}, kind {}, phase {} ({})</p>\n",
@@ -775,11 +733,11 @@ pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()
         if !j.missing.is_empty() {
             let _ = writeln!(page, "<p>Missing: {}</p>", html_escape(&j.missing.join(", ")));
         }
-        if !j.neighbours.is_empty() {
+        if !doc.neighbours.is_empty() {
             page.push_str(
                 "<h3>Neighbours</h3><table><tr><th>pid</th><th>workload</th><th>GPU</th><th>used</th><th>peak</th><th>growth</th></tr>",
             );
-            for n in &j.neighbours {
+            for n in &doc.neighbours {
                 let _ = write!(
                     page,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",

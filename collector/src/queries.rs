@@ -42,7 +42,6 @@ builtin![
     "scenario_breakdown",
     "gpu_memory_curve",
     "oom_features",
-    "oom_attribution",
     "oom_neighbours",
     "postmortem_events",
     "oom_process_curve",
@@ -55,6 +54,7 @@ builtin![
     "attribution_pending",
     "attribution_breakdown",
     "attribution_timeline",
+    "attributed_events",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

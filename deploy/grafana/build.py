@@ -5,7 +5,7 @@
     build.py --check    # exit 1 when the committed JSON differs from what this script builds
 
 Every panel's SQL is a query file, never hand-written JSON: the built-in queries of the collector
-(collector/sql/*.sql: oom_attribution, oom_neighbours, oom_events, gpu_memory_curve, …) and the
+(collector/sql/*.sql: attributed_events, oom_neighbours, oom_events, gpu_memory_curve, …) and the
 dashboard's own (deploy/grafana/sql/*.sql: fleet headroom, capacity, per-node curves), in the same
 `-- name/description/param` format. Each `?` is bound to a Grafana expression instead of a literal:
 the dashboard time range `${__from}` / `${__to}` (epoch ms), `${__interval_ms}` for buckets,
@@ -178,13 +178,13 @@ panel(
 )
 panel(
     "table", "OOM attribution",
-    "Every OOM of the range with its scenario, the rule that fired, confidence and missing data "
-    "(collector/sql/oom_attribution.sql, computed from the samples of the range, including the "
-    "minutes not stored yet), newest first.",
+    "Every OOM of the range with its scenario, the rule that fired, its confidence and the alternatives "
+    "it left open, from the stored attributions (collector/sql/attributed_events.sql: each OOM is "
+    "attributed once it has settled, ~2 min), newest first. oomlens postmortem gives the evidence.",
     (0, 15, 24, 8),
-    wrap("SELECT toDateTime(intDiv(ts_ms, 1000)) AS time, cluster, node, gpu_index, pid, workload, kind, scenario, rule,\n"
-         "    confidence_pct, missing\nFROM ({query})\nORDER BY ts_ms DESC, cluster, node, event_id\nLIMIT 500",
-         query_sql("collector", "oom_attribution")), FORMAT_TABLE,
+    wrap("SELECT toDateTime(intDiv(ts_ms, 1000)) AS time, cluster, node, gpu_index, pid, workload, kind, scenario,\n"
+         "    confidence_pct, alternatives, rule, phase_effective AS phase\nFROM ({query})\nLIMIT 500",
+         query_sql("collector", "attributed_events")), FORMAT_TABLE,
 )
 # ---------------------------------------------------------------------------------- drill-down
 row("Node and GPU: ${cluster} / ${node} / GPU ${gpu}", 23)
@@ -209,12 +209,12 @@ panel(
 )
 panel(
     "table", "OOMs on ${node}",
-    "The node's OOMs with attribution (collector/sql/oom_attribution.sql).",
+    "The node's OOMs with their stored attribution (collector/sql/attributed_events.sql).",
     (0, 32, 24, 7),
-    wrap("SELECT toDateTime(intDiv(ts_ms, 1000)) AS time, gpu_index, pid, workload, kind, scenario, rule, confidence_pct, missing\n"
-         "FROM ({query})\nWHERE cluster = ${cluster:sqlstring} AND node = ${node:sqlstring}\n"
-         "ORDER BY ts_ms DESC, event_id\nLIMIT 200",
-         query_sql("collector", "oom_attribution")), FORMAT_TABLE,
+    wrap("SELECT toDateTime(intDiv(ts_ms, 1000)) AS time, gpu_index, pid, workload, kind, scenario, confidence_pct,\n"
+         "    alternatives, rule\nFROM ({query})\nWHERE cluster = ${cluster:sqlstring} AND node = ${node:sqlstring}\n"
+         "LIMIT 200",
+         query_sql("collector", "attributed_events")), FORMAT_TABLE,
 )
 # ------------------------------------------------------------------------------------- capacity
 row("Capacity", 39)

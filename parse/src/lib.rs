@@ -33,6 +33,7 @@
 
 pub mod command;
 pub mod frameworks;
+pub mod hint;
 pub mod host;
 pub mod kernel;
 pub mod lines;
@@ -87,6 +88,8 @@ pub const PROFILE_REACH: u64 = 256;
 pub const PHASE_SOURCE_LABEL: &str = "phase.source";
 /// Label key of the clue the phase was read from (a frame, the message's words).
 pub const PHASE_CLUE_LABEL: &str = "phase.clue";
+/// Label key of the message's own kind (`hint.rs`).
+pub const MESSAGE_HINT_LABEL: &str = "message.hint";
 /// Upper bound of [`LogParser::last_line_work`] (bytes examined for one line).
 pub const MAX_LINE_WORK: usize =
     text::MAX_LINE_BYTES * (4 + MAX_PENDING) + 2 * MAX_PENDING * MAX_COMPACT_BYTES;
@@ -170,6 +173,8 @@ pub struct ParsedOom {
     pub phase: Option<PhaseFinding>,
     /// For a host-memory failure seen in a job's log: how direct the evidence is (`host.rs`).
     pub host_evidence: Option<HostEvidence>,
+    /// What the message says beyond "out of memory" (`hint.rs`).
+    pub hint: Option<&'static str>,
     /// 1-based line where the event starts.
     pub line: u64,
     /// The event's lines as printed (bounded, see the module docs).
@@ -195,6 +200,7 @@ struct JsonOom<'a> {
     phase: Option<&'static str>,
     phase_clue: Option<&'a str>,
     host_evidence: Option<&'static str>,
+    hint: Option<&'static str>,
     line: u64,
 }
 
@@ -221,6 +227,7 @@ impl ParsedOom {
             fields: Fields { gpu: event.gpu_index, pid: event.pid, ..Fields::default() },
             phase: None,
             host_evidence: None,
+            hint: None,
             line,
             lines: vec![text::bounded(text).to_owned()],
         }
@@ -268,6 +275,9 @@ impl ParsedOom {
         if let Some(e) = self.host_evidence {
             labels.push(Label { key: host::EVIDENCE_LABEL.into(), value: e.as_str().into() });
         }
+        if let Some(h) = self.hint {
+            labels.push(Label { key: MESSAGE_HINT_LABEL.into(), value: h.into() });
+        }
         labels
     }
 
@@ -295,6 +305,7 @@ impl ParsedOom {
             phase: self.phase.as_ref().map(|p| p.phase.as_str()),
             phase_clue: self.phase.as_ref().map(|p| p.clue.as_str()),
             host_evidence: self.host_evidence.map(HostEvidence::as_str),
+            hint: self.hint,
             line: self.line,
         };
         // Serialising plain integers, options and strings cannot fail.
@@ -319,6 +330,9 @@ impl ParsedOom {
         }
         if let Some(p) = &self.phase {
             let _ = write!(s, "\n  {:<25} {} ({})", "phase", p.phase.as_str(), p.clue);
+        }
+        if let Some(h) = self.hint {
+            let _ = write!(s, "\n  {:<25} {h}", "message");
         }
         let size = |v: u64| format!("{} ({v} B)", units::format_size(v));
         for (label, v) in [
@@ -428,6 +442,8 @@ impl Traceback {
 
 fn is_frame(body: &str) -> bool {
     body.starts_with([' ', '\t'])
+        || body.starts_with("-->")
+        || phase::frame_of(body).is_some()
         || body.starts_with("Traceback (most recent call last)")
         || body.starts_with("During handling of the above exception")
         || body.starts_with("The above exception was the direct cause")
@@ -453,6 +469,9 @@ struct Pending {
     host: Option<HostSymptom>,
     /// The event began with a traceback.
     traceback: bool,
+    /// The last line taken was a frame printed after the message (a debugger's innermost-first
+    /// frames): its source line may follow.
+    after_frame: bool,
 }
 
 impl Pending {
@@ -467,6 +486,7 @@ impl Pending {
     }
 
     fn push_line(&mut self, raw: &str, compact: &str, origin: &Origin) {
+        self.after_frame = phase::frame_of(prefix::strip(raw).0).is_some();
         self.raw.push(raw);
         let before = self.compact.len();
         if self.compact.len() + compact.len() <= MAX_COMPACT_BYTES {
@@ -512,7 +532,12 @@ impl Pending {
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
         if self.family == Family::Torch {
-            pytorch::continues(body)
+            // Frames printed after a complete message (debuggers print innermost first), each
+            // with its source line.
+            let trailer = self.complete
+                && (phase::frame_of(body).is_some()
+                    || (self.after_frame && body.starts_with([' ', '\t']) && !body.trim().is_empty()));
+            pytorch::continues(body) || trailer
         } else {
             frameworks::continues(self.family, compact, origin, self.fields.pid)
         }
@@ -727,6 +752,7 @@ impl LogParser {
             fed_start: self.fed,
             host: None,
             traceback,
+            after_frame: false,
         };
         if family == Family::Vllm
             && let Some((at, profile)) = self.profile.take()
@@ -767,6 +793,13 @@ impl LogParser {
             return;
         }
         let Some(i) = open else {
+            // A paste that starts inside a traceback (its header cut off).
+            if phase::frame_of(body).is_some() {
+                if self.tracebacks.len() >= MAX_PENDING {
+                    self.tracebacks.remove(0);
+                }
+                self.tracebacks.push(Traceback::new(self.line, origin, raw));
+            }
             return;
         };
         let tb = &mut self.tracebacks[i];
@@ -839,6 +872,7 @@ impl LogParser {
         } else {
             phase::phase_of(&lines, &p.compact)
         };
+        let hint = hint::message_hint(&p.compact);
         out.push(ParsedOom {
             kind,
             framework,
@@ -846,6 +880,7 @@ impl LogParser {
             fields,
             phase,
             host_evidence,
+            hint,
             line: p.start,
             lines,
         });
@@ -868,9 +903,25 @@ fn bfc_dump(origin: &Origin, raw: &str, c: &str) -> Option<Family> {
 /// and prints the failing one as `Including non-PyTorch memory, this process has X` — unless the
 /// job runs in its own PID namespace (containers), where NVML's host pid differs from the job's
 /// own and the failing process appears as one more `Process P has X`. Then it is the listed
-/// process that holds at least the allocator's reserved bytes (its allocator's memory is part of
-/// its GPU memory) with the least memory above them; its pid is taken only when no other listed
-/// process qualifies. The other listed processes are the GPU's other tenants.
+/// process that holds at least the allocator's reserved (else allocated) bytes — its allocator's
+/// memory is part of its GPU memory — with the least memory above them; with no allocator numbers
+/// (a cut message) a lone listed process is the failing one. Returns its index in `listed` and
+/// whether it is certain (no other listed process qualifies).
+pub fn own_process_index(
+    listed: &[OtherProcess],
+    reserved: Option<u64>,
+    allocated: Option<u64>,
+) -> Option<(usize, bool)> {
+    let Some(floor) = reserved.or(allocated) else {
+        return (listed.len() == 1).then_some((0, true));
+    };
+    let holding = || listed.iter().enumerate().filter(|(_, o)| o.used_bytes >= floor);
+    let count = holding().count();
+    holding().min_by_key(|(_, o)| o.used_bytes).map(|(i, _)| (i, count == 1))
+}
+
+/// Moves the failing process out of the listed ones ([`own_process_index`]): its memory becomes
+/// `process_used`, its pid the event's when certain.
 fn resolve_own_process(f: &mut Fields) {
     // `Process P has X` where P is the failing process itself (pid known from a prefix).
     if let Some(pid) = f.pid
@@ -880,21 +931,15 @@ fn resolve_own_process(f: &mut Fields) {
         f.process_used.get_or_insert(own.used_bytes);
         return;
     }
-    if f.process_used.is_some() || f.other_processes.is_empty() {
+    if f.process_used.is_some() {
         return;
     }
-    let Some(floor) = f.reserved.or(f.allocated) else {
-        return;
-    };
-    let holding = || f.other_processes.iter().enumerate().filter(|(_, o)| o.used_bytes >= floor);
-    let count = holding().count();
-    let Some((i, _)) = holding().min_by_key(|(_, o)| o.used_bytes) else {
-        return;
-    };
-    let own = f.other_processes.remove(i);
-    f.process_used = Some(own.used_bytes);
-    if count == 1 && f.pid.is_none() {
-        f.pid = Some(own.pid);
+    if let Some((i, certain)) = own_process_index(&f.other_processes, f.reserved, f.allocated) {
+        let own = f.other_processes.remove(i);
+        f.process_used = Some(own.used_bytes);
+        if certain && f.pid.is_none() {
+            f.pid = Some(own.pid);
+        }
     }
 }
 

@@ -145,6 +145,17 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
     ("failedtoallocatecomputebuffers", Phase::Load, "compute-buffer reservation at context creation"),
     ("loadingcheckpointshards", Phase::Load, "loading checkpoint shards"),
     ("loadingmodelweights", Phase::Load, "loading model weights"),
+    // A serving engine's runtime is inference (its start-up failures are placed above).
+    ("vllm.engine", Phase::Inference, "a vLLM engine at run time"),
+    ("vllm/worker", Phase::Inference, "a vLLM engine at run time"),
+    ("(vllmworker", Phase::Inference, "a vLLM engine at run time"),
+    ("(enginecore", Phase::Inference, "a vLLM engine at run time"),
+    ("text_generation_server", Phase::Inference, "a TGI server at run time"),
+    ("sglang", Phase::Inference, "an SGLang server at run time"),
+    ("ggml_cuda", Phase::Inference, "llama.cpp at run time"),
+    ("ggml-cuda", Phase::Inference, "llama.cpp at run time"),
+    ("mistralrs", Phase::Inference, "an inference engine at run time"),
+    ("scheduler:executionstepfailed", Phase::Inference, "an inference engine at run time"),
 ];
 
 /// One Python frame: `File "path", line N, in function` (or the IPython / debugger form
@@ -156,20 +167,37 @@ struct Frame<'a> {
     source: Option<&'a str>,
 }
 
-fn frame_of(line: &str) -> Option<(&str, &str)> {
+/// A frame line: `File "path", line N, in function`, IPython's `File ~/path.py:296, in
+/// Class.function(args)`, or Jupyter's `/path/module.py in function(args)`. Returns the file and
+/// the function's own name (a method's class and its arguments dropped).
+pub fn frame_of(line: &str) -> Option<(&str, &str)> {
+    let (file, function) = frame_parts(line)?;
+    let function = function.split('(').next().unwrap_or(function).trim();
+    let function = function.rsplit('.').next().unwrap_or(function);
+    (!function.is_empty()).then_some((file, function))
+}
+
+fn frame_parts(line: &str) -> Option<(&str, &str)> {
     let t = line.trim_start();
     if let Some(rest) = t.strip_prefix("File \"") {
         let (file, tail) = rest.split_once('"')?;
         let function = tail.rsplit_once(" in ")?.1.trim();
         return Some((file, function));
     }
+    if let Some(rest) = t.strip_prefix("File ") {
+        // IPython: `File ~/x/y.py:296, in Params4bit._quantize(self, device)`.
+        let (file, function) = rest.split_once(", in ")?;
+        let file = file
+            .rsplit_once(':')
+            .map_or(file, |(f, line)| if line.bytes().all(|b| b.is_ascii_digit()) { f } else { file });
+        return (!file.contains(' ')).then_some((file, function.trim()));
+    }
     // IPython / Jupyter: `/path/module.py in function(args)`.
     let (file, tail) = t.split_once(".py in ")?;
     if file.contains(' ') {
         return None;
     }
-    let function = tail.split('(').next()?.trim();
-    (!function.is_empty()).then_some((file, function))
+    Some((file, tail))
 }
 
 fn frames<'a>(lines: &'a [String]) -> Vec<Frame<'a>> {
@@ -200,6 +228,10 @@ fn frame_phase(f: &Frame<'_>) -> Option<(Phase, String)> {
         && matches!(f.function, "_apply" | "convert" | "to" | "cuda" | "half" | "bfloat16" | "float")
     {
         return Some((Phase::Load, clue(&format!("Module.{}", f.function))));
+    }
+    // bitsandbytes quantises a weight when it is moved to the GPU: the model is being loaded.
+    if file.contains("bitsandbytes/") && matches!(f.function, "_quantize" | "cuda" | "to") {
+        return Some((Phase::Load, clue(&format!("bitsandbytes {}", f.function))));
     }
     if f.function == "_init_group" || file.contains("/optim/") {
         if src.contains("zeros_like") || src.contains("state[") {
@@ -265,8 +297,10 @@ mod tests {
         assert_eq!(phase(generate), Some(Phase::Inference));
         let fwd = "  File \"/x/torch/nn/modules/module.py\", line 1501, in _call_impl\n    return forward_call(*args, **kwargs)\n  File \"net.py\", line 5, in forward\n    y = self.conv(x)\nx";
         assert_eq!(phase(fwd), Some(Phase::Forward));
-        let ipython = "/usr/local/lib/python3.11/dist-packages/torch/optim/adam.py in _init_group(self, group)\n    173  # Exponential moving average of gradient values\n--> 174  state[\"exp_avg\"] = torch.zeros_like(\nOutOfMemoryError: x";
-        assert_eq!(phase(ipython), Some(Phase::OptimizerStep), "IPython frames (source line not adjacent)");
+        let jupyter = "/usr/local/lib/python3.11/dist-packages/torch/optim/adam.py in _init_group(self, group)\n    173  # Exponential moving average of gradient values\n--> 174  state[\"exp_avg\"] = torch.zeros_like(\nOutOfMemoryError: x";
+        assert_eq!(phase(jupyter), Some(Phase::OptimizerStep), "Jupyter frames (source line not adjacent)");
+        let ipython = "File ~/env/site-packages/bitsandbytes/nn/modules.py:296, in Params4bit._quantize(self, device)\n    294 def _quantize(self, device):\nRuntimeError: CUDA driver error: out of memory";
+        assert_eq!(phase(ipython), Some(Phase::Load));
         assert_eq!(phase("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 MiB"), None);
         // A batch moved to the GPU in the training loop is not a model load.
         assert_eq!(phase("  File \"train.py\", line 5, in main\n    x = x.to(device)\nx"), None);

@@ -119,6 +119,7 @@ fn json_has_exactly_the_keys() {
         "phase",
         "phase_clue",
         "host_evidence",
+        "hint",
         "line",
     ];
     let mut got = keys.clone();

@@ -283,9 +283,11 @@ row_table! {
 row_table! {
     /// The stored attribution of one OOM event (table `oom_attributions`, a ReplacingMergeTree
     /// keyed by event and versioned by `attributed_ms`), written by the collector's attributor:
-    /// every feature the rules read (the `oom_features` row, so the rules can be re-run on read),
-    /// the rules' answer at store time and the event's top-ranked neighbours (parallel arrays).
-    /// Field order from `cluster` to `others_bytes` equals the collector's `OomFeatures`.
+    /// the event's evidence (the `oom_features` row, from `cluster` to
+    /// `top_neighbour_growth_bytes`, field for field the collector's `EventEvidence`, so the
+    /// features and rules can be re-derived on read), the main derived features (for SQL and
+    /// Grafana), the rules' answer at store time with its alternatives, and the event's
+    /// top-ranked neighbours (parallel arrays).
     pub struct OomAttributionRow in "oom_attributions" {
         /// Cluster.
         pub cluster: String => LowCardinality,
@@ -309,24 +311,34 @@ row_table! {
         pub workload: String => LowCardinality,
         /// Simulator ground truth ('' for real events).
         pub truth_scenario: String => LowCardinality,
-        /// Phase as reported.
+        /// Phase as the event carries it.
         pub phase: String => LowCardinality,
-        /// Reported or inferred phase.
-        pub phase_effective: String => LowCardinality,
-        /// `reported`, `inferred` or `unknown`.
-        pub phase_source: String => LowCardinality,
+        /// `traceback` when the agent read the phase from the log ('' when reported).
+        pub phase_label: String => LowCardinality,
+        /// What the phase was read from.
+        pub phase_clue: String => Plain,
+        /// Host-memory evidence of a log-detected host OOM.
+        pub host_evidence: String => LowCardinality,
+        /// The message's own kind (`kv_cache`, `cache_blocks`, …).
+        pub message_hint: String => LowCardinality,
+        /// `nvml` when the capacity is the GPU's NVML total.
+        pub capacity_source: String => LowCardinality,
         /// Size of the failed allocation.
         pub requested_bytes: Option<u64> => Plain,
-        /// GPU capacity.
+        /// The limit the allocation failed against.
         pub capacity_bytes: Option<u64> => Plain,
         /// Free GPU memory at the failure.
         pub free_bytes: Option<u64> => Plain,
-        /// Allocated by the caching allocator.
+        /// Allocated by the allocator.
         pub allocated_bytes: Option<u64> => Plain,
         /// Reserved by the caching allocator.
         pub reserved_bytes: Option<u64> => Plain,
         /// GPU memory of the failing process.
         pub process_used_bytes: Option<u64> => Plain,
+        /// PIDs of the other processes the message lists.
+        pub other_pids: Vec<u32> => Plain,
+        /// Their memory (parallel to `other_pids`).
+        pub other_used_bytes: Vec<u64> => Plain,
         /// Xid number.
         pub xid: Option<u32> => Plain,
         /// Host RSS of a killed process.
@@ -359,33 +371,7 @@ row_table! {
         pub activation_checkpointing: Option<u8> => Plain,
         /// FlashAttention (0/1).
         pub flash_attention: Option<u8> => Plain,
-        /// The failing process's memory found in the message's process list (no pid), else 0.
-        pub own_listed_bytes: u64 => Plain,
-        /// Process used − reserved.
-        pub context_bytes: Option<u64> => Plain,
-        /// Reserved − allocated.
-        pub cached_free_bytes: Option<u64> => Plain,
-        /// Source of `need_alone_bytes`.
-        pub need_alone_from: String => LowCardinality,
-        /// What the process alone needed at the failure.
-        pub need_alone_bytes: Option<u64> => Plain,
-        /// Parameters held per GPU.
-        pub params_per_gpu: Option<u64> => Plain,
-        /// Weight bytes per parameter.
-        pub weight_bytes_per_param: Option<u8> => Plain,
-        /// Optimizer-state bytes per parameter.
-        pub optimizer_bytes_per_param: Option<u8> => Plain,
-        /// The data-parallel degree ZeRO shards over.
-        pub zero_divisor: u32 => Plain,
-        /// Static estimate from the job shape.
-        pub static_estimate_bytes: Option<u64> => Plain,
-        /// One layer's attention score matrix.
-        pub attention_bytes: Option<u64> => Plain,
-        /// Other processes listed in the message.
-        pub others_listed: u64 => Plain,
-        /// Their memory.
-        pub others_listed_bytes: u64 => Plain,
-        /// Look-back window the features were computed with, ms.
+        /// Look-back window the evidence was computed with, ms.
         pub window_ms: i64 => Plain,
         /// Distinct sample times of the failing process in the window.
         pub own_samples: u64 => Plain,
@@ -399,8 +385,6 @@ row_table! {
         pub own_max_used: u64 => Plain,
         /// Its last sample before the failure.
         pub own_last_used: u64 => Plain,
-        /// Peak − floor.
-        pub own_swing_bytes: Option<u64> => Plain,
         /// Other processes seen on the GPU in the window.
         pub others_seen: u64 => Plain,
         /// Their memory at their first sample.
@@ -413,15 +397,39 @@ row_table! {
         pub others_growth_bytes: i64 => Plain,
         /// The largest growth of one of them.
         pub top_neighbour_growth_bytes: i64 => Plain,
+        /// Reported, read or inferred phase.
+        pub phase_effective: String => LowCardinality,
+        /// `reported`, `traceback`, `inferred` or `unknown`.
+        pub phase_source: String => LowCardinality,
+        /// The process's own memory outside its allocator (process used − reserved).
+        pub context_bytes: Option<u64> => Plain,
+        /// Reserved − allocated.
+        pub cached_free_bytes: Option<u64> => Plain,
+        /// Capacity − free − reserved.
+        pub outside_bytes: Option<u64> => Plain,
         /// Memory of the other processes at the failure.
         pub others_bytes: Option<u64> => Plain,
+        /// Where `others_bytes` comes from.
+        pub others_from: String => LowCardinality,
+        /// What the process alone needed at the failure.
+        pub need_alone_bytes: Option<u64> => Plain,
+        /// Source of `need_alone_bytes`.
+        pub need_alone_from: String => LowCardinality,
+        /// Static estimate from the job shape.
+        pub static_estimate_bytes: Option<u64> => Plain,
+        /// One layer's attention score matrix.
+        pub attention_bytes: Option<u64> => Plain,
         /// The rules' scenario at store time.
         pub scenario: String => LowCardinality,
         /// The rule that fired at store time.
         pub rule: String => LowCardinality,
         /// Confidence at store time, percent.
         pub confidence_pct: u8 => Plain,
-        /// Version of the rule set that produced `scenario`, `rule` and `confidence_pct`.
+        /// The other scenarios left open, most likely first.
+        pub alternative_scenarios: Vec<String> => Plain,
+        /// Their probabilities, percent (parallel to `alternative_scenarios`).
+        pub alternative_confidence_pct: Vec<u8> => Plain,
+        /// Version of the rule set that produced the answer.
         pub rules_version: u32 => Plain,
         /// When the attributor stored this row, Unix epoch ms (the ReplacingMergeTree version).
         pub attributed_ms: i64 => Plain,

@@ -429,6 +429,57 @@ pub struct EventStage {
     awaiting: VecDeque<Vec<u64>>,
     /// Restored events released at once, handed out on the next call.
     ready: Vec<Released>,
+    /// The node's GPUs' total memory by NVML index, for events whose message gives no capacity.
+    capacity: CapacityFill,
+}
+
+/// Label saying the event's capacity is the GPU's NVML total (its message had none).
+pub const CAPACITY_SOURCE_LABEL: &str = "capacity.source";
+
+/// Fills a GPU event's missing capacity from the node's inventory: the NVML total of its GPU, or
+/// — when the message names no GPU — the total every GPU of the node shares (a node of one GPU
+/// model). The event then carries the label `capacity.source=nvml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapacityFill {
+    by_index: std::collections::BTreeMap<u32, u64>,
+}
+
+impl CapacityFill {
+    /// The totals of `inventory` (GPUs and MIG instances with a known total).
+    pub fn new(inventory: &[oomlens_schema::GpuInfo]) -> Self {
+        CapacityFill {
+            by_index: inventory
+                .iter()
+                .filter(|g| g.memory_total_bytes > 0)
+                .map(|g| (g.index, g.memory_total_bytes))
+                .collect(),
+        }
+    }
+
+    /// The capacity for an event on `gpu` (any GPU when `None`).
+    pub fn total(&self, gpu: Option<u32>) -> Option<u64> {
+        match gpu {
+            Some(i) => self.by_index.get(&i).copied(),
+            None => {
+                let mut totals = self.by_index.values();
+                let first = *totals.next()?;
+                totals.all(|t| *t == first).then_some(first)
+            }
+        }
+    }
+
+    /// Fills `e`'s capacity when it is a GPU event without one.
+    pub fn fill(&self, e: &mut OomEvent) {
+        if e.capacity_bytes.is_some() || !matches!(e.kind, OomKind::CudaOom | OomKind::SuspectedOom) {
+            return;
+        }
+        if let Some(total) = self.total(e.gpu_index) {
+            e.capacity_bytes = Some(total);
+            if e.labels.len() < oomlens_schema::limits::MAX_LABELS {
+                e.labels.push(Label { key: CAPACITY_SOURCE_LABEL.into(), value: "nvml".into() });
+            }
+        }
+    }
 }
 
 impl EventStage {
@@ -448,7 +499,14 @@ impl EventStage {
             journal: None,
             awaiting: VecDeque::new(),
             ready: Vec::new(),
+            capacity: CapacityFill::default(),
         }
+    }
+
+    /// Fills the missing capacity of GPU events from `inventory` (see [`CapacityFill`]).
+    pub fn with_inventory(mut self, inventory: &[oomlens_schema::GpuInfo]) -> Self {
+        self.capacity = CapacityFill::new(inventory);
+        self
     }
 
     /// Journals every event from now on, and takes back the events `pending` that the journal
@@ -590,7 +648,9 @@ impl EventStage {
                 if journaled {
                     self.awaiting.push_back(r.keys);
                 }
-                r.event
+                let mut e = r.event;
+                self.capacity.fill(&mut e);
+                e
             })
             .collect();
         self.journal_gauge();
@@ -646,7 +706,7 @@ fn fill_job(dst: &mut JobShape, src: JobShape) {
 
 #[cfg(test)]
 mod tests {
-    use oomlens_schema::OtherProcess;
+    use oomlens_schema::{GpuInfo, OtherProcess};
 
     use super::*;
 
@@ -869,6 +929,37 @@ mod tests {
         assert!(m.poll(5_000).is_empty());
         assert!(m.poll(100).is_empty()); // an older timestamp does not move the clock back
         assert_eq!(m.poll(10_000).len(), 2);
+    }
+
+    #[test]
+    fn a_missing_capacity_is_the_gpus_nvml_total() {
+        let gpu = |index, total| GpuInfo { index, memory_total_bytes: total, ..GpuInfo::default() };
+        let fill = CapacityFill::new(&[gpu(0, 80 << 30), gpu(1, 80 << 30)]);
+        let mut e = OomEvent { kind: OomKind::CudaOom, gpu_index: Some(1), ..OomEvent::default() };
+        fill.fill(&mut e);
+        assert_eq!(e.capacity_bytes, Some(80 << 30));
+        assert!(e.labels.iter().any(|l| l.key == CAPACITY_SOURCE_LABEL && l.value == "nvml"));
+        // No GPU named: the total all GPUs share; none when they differ.
+        let mut bare = OomEvent { kind: OomKind::CudaOom, ..OomEvent::default() };
+        fill.fill(&mut bare);
+        assert_eq!(bare.capacity_bytes, Some(80 << 30));
+        let mixed = CapacityFill::new(&[gpu(0, 80 << 30), gpu(1, 40 << 30)]);
+        let mut bare = OomEvent { kind: OomKind::CudaOom, ..OomEvent::default() };
+        mixed.fill(&mut bare);
+        assert_eq!(bare.capacity_bytes, None);
+        // The message's own capacity stays; host OOM kills have none.
+        let mut own = OomEvent {
+            kind: OomKind::CudaOom,
+            capacity_bytes: Some(5),
+            gpu_index: Some(0),
+            ..OomEvent::default()
+        };
+        fill.fill(&mut own);
+        assert_eq!((own.capacity_bytes, own.labels.len()), (Some(5), 0));
+        let mut host = OomEvent { kind: OomKind::HostOomKill, ..OomEvent::default() };
+        fill.fill(&mut host);
+        assert_eq!(host.capacity_bytes, None);
+        assert_eq!(CapacityFill::default().total(None), None);
     }
 
     #[test]

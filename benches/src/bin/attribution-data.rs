@@ -297,7 +297,7 @@ async fn main() -> anyhow::Result<()> {
             let w = store::read_window_features(db, "oomlens", &window, false).await?;
             let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
             for f in &w.features {
-                *by.entry(attribution::rules::first_rule(f).scenario().as_str()).or_default() += 1;
+                *by.entry(attribution::attribute(f).scenario.as_str()).or_default() += 1;
             }
             Ok(format!("{} events ({} stored): {by:?}", w.features.len(), w.stored))
         })

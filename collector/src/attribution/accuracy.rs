@@ -1,5 +1,7 @@
 //! Measuring attribution against ground truth: a confusion matrix of truth × attributed scenario,
-//! per-scenario precision and recall, and the macro averages (issue 5 §4).
+//! per-scenario precision and recall and the macro averages ([`ConfusionMatrix`]); per-rule
+//! precision ([`RuleScores`]); and the calibration of the confidence ([`Reliability`]: in each
+//! confidence band, the mean confidence against the share that was right).
 //!
 //! "Macro-averaged accuracy" is the mean of the per-scenario recalls over the scenarios present in
 //! the truth (balanced accuracy): every scenario weighs the same, however rare.
@@ -94,6 +96,109 @@ impl ConfusionMatrix {
     /// Mean precision over the scenarios present in the truth (a scenario never attributed counts 0).
     pub fn macro_precision(&self) -> Option<f64> {
         mean(self.truths().into_iter().map(|s| self.precision(s).unwrap_or(0.0)))
+    }
+}
+
+/// How often each rule was right.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleScores {
+    counts: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl RuleScores {
+    /// Counts one event attributed by `rule`.
+    pub fn add(&mut self, rule: &'static str, right: bool) {
+        let e = self.counts.entry(rule).or_default();
+        e.0 += 1;
+        e.1 += u64::from(right);
+    }
+
+    /// `(rule, events, right)` per rule, by name.
+    pub fn rows(&self) -> Vec<(&'static str, u64, u64)> {
+        self.counts.iter().map(|(r, (n, k))| (*r, *n, *k)).collect()
+    }
+
+    /// The lowest precision of a rule that fired at least `min_events` times.
+    pub fn worst(&self, min_events: u64) -> Option<(&'static str, f64)> {
+        self.rows()
+            .into_iter()
+            .filter(|(_, n, _)| *n >= min_events)
+            .map(|(r, n, k)| (r, k as f64 / n as f64))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
+impl fmt::Display for RuleScores {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:<24} {:>6} {:>6} {:>10}", "rule", "events", "right", "precision")?;
+        for (r, n, k) in self.rows() {
+            writeln!(f, "{r:<24} {n:>6} {k:>6} {:>10}", pct(Some(k as f64 / n as f64)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Confidence bands of the reliability table (percent, lower bound inclusive).
+pub const BANDS: [(u8, u8); 5] = [(0, 20), (20, 40), (40, 60), (60, 80), (80, 101)];
+
+/// The reliability table: per confidence band, how many events, their mean confidence and the
+/// share that was right. A calibrated attribution has mean confidence ≈ share right in every band.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reliability {
+    bands: [(u64, u64, u64); 5],
+}
+
+impl Reliability {
+    /// Counts one event given `confidence_pct` that was `right`.
+    pub fn add(&mut self, confidence_pct: u8, right: bool) {
+        let i = BANDS.iter().position(|(lo, hi)| confidence_pct >= *lo && confidence_pct < *hi).unwrap_or(4);
+        let b = &mut self.bands[i];
+        b.0 += 1;
+        b.1 += u64::from(confidence_pct);
+        b.2 += u64::from(right);
+    }
+
+    /// `(band, events, mean confidence, share right)` per band with events.
+    pub fn rows(&self) -> Vec<((u8, u8), u64, f64, f64)> {
+        BANDS
+            .iter()
+            .zip(self.bands)
+            .filter(|(_, b)| b.0 > 0)
+            .map(|(band, (n, conf, right))| {
+                (*band, n, conf as f64 / n as f64 / 100.0, right as f64 / n as f64)
+            })
+            .collect()
+    }
+
+    /// The largest |mean confidence − share right| (points) over the bands with at least
+    /// `min_events` events.
+    pub fn max_gap(&self, min_events: u64) -> Option<f64> {
+        self.rows()
+            .into_iter()
+            .filter(|r| r.1 >= min_events)
+            .map(|(_, _, conf, right)| (conf - right).abs() * 100.0)
+            .max_by(f64::total_cmp)
+    }
+}
+
+impl fmt::Display for Reliability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<12} {:>6} {:>16} {:>11} {:>6}",
+            "confidence", "events", "mean confidence", "right", "gap"
+        )?;
+        for ((lo, hi), n, conf, right) in self.rows() {
+            let band = format!("{lo}-{}", hi.min(100));
+            writeln!(
+                f,
+                "{band:<12} {n:>6} {:>16} {:>11} {:>6.1}",
+                pct(Some(conf)),
+                pct(Some(right)),
+                (conf - right).abs() * 100.0
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -1,27 +1,30 @@
-//! Attribution (DESIGN §7, issue 5): why did each OOM happen, how sure are we, what to do.
+//! Attribution: why did each OOM happen, how sure are we, what would decide, what to do.
 //!
-//! * [`features`] — the correlation queries' typed rows (`oom_features`, `oom_neighbours`,
-//!   `oom_attribution`) and fetching them with bound parameters; the features themselves are
-//!   computed in ClickHouse (`collector/sql/oom_features.sql`).
-//! * [`rules`] — the ordered rule set: features → scenario, confidence, evidence, remedy.
-//! * [`accuracy`] — confusion matrix, precision / recall against the simulator's ground truth.
-//! * [`store`] — `oom_attributions`: each event's features, answer and top neighbours stored once
+//! * [`features`] — an event's evidence ([`EventEvidence`]: the `oom_features` row, or a parsed
+//!   message offline) and the features derived from it ([`OomFeatures::derive`], the one place).
+//! * [`rules`] — the ordered rule set: features → scenario, calibrated confidence, alternatives,
+//!   evidence, remedy, what would decide.
+//! * [`json`] — the JSON document of an attributed event (postmortem and explain).
+//! * [`accuracy`] — confusion matrix, per-rule precision and the reliability table.
+//! * [`store`] — `oom_attributions`: each event's evidence, answer and top neighbours stored once
 //!   by the attributor (periodic in the collector, `oomlens attribute` on demand), read by reports.
 //!
 //! [`attribute_window`] is the entry point for reports: every event of a time window with its
-//! features and attribution, newest first — stored rows (the current rules re-run on their
-//! features) plus the events not stored yet, computed live; [`explain_event`] is the one for a
+//! features and attribution, newest first — stored rows (re-derived and re-scored by the current
+//! rules) plus the events not stored yet, computed live; [`explain_event`] is the one for a
 //! postmortem of one event (with its ranked neighbours), always computed live. The rules never
-//! read `truth_scenario`.
+//! read `truth_scenario`. `docs/attribution.md` describes the method.
 
 pub mod accuracy;
 pub mod features;
+pub mod json;
 pub mod rules;
 pub mod store;
 
 pub use accuracy::ConfusionMatrix;
-pub use features::{FeatureWindow, Neighbour, OomFeatures, SqlAttribution};
-pub use rules::{Attribution, Rule, attribute};
+pub use features::{EventEvidence, FeatureWindow, Neighbour, OomFeatures};
+pub use json::EventJson;
+pub use rules::{Alternative, Attribution, Rule, attribute};
 
 use crate::queries::QueryError;
 

@@ -25,8 +25,8 @@ use oomlens_schema::Scenario;
 use oomlens_schema::rows::{OomAttributionRow, TableRow};
 use serde::{Deserialize, Serialize};
 
-use super::features::{self, DEFAULT_WINDOW_MS, FeatureWindow, Neighbour, OomFeatures};
-use super::rules::{RULES_VERSION, attribute, first_rule};
+use super::features::{self, DEFAULT_WINDOW_MS, EventEvidence, FeatureWindow, Neighbour, OomFeatures};
+use super::rules::{RULES_VERSION, attribute};
 use super::{AttributedEvent, AttributionError};
 use crate::queries::{self, ParamValue, QueryError};
 
@@ -146,50 +146,81 @@ impl From<&Neighbour> for RankedNeighbour {
     }
 }
 
-/// Conversions between [`OomFeatures`] and [`OomAttributionRow`]: the list names every field of
-/// `OomFeatures` once; both struct literals are exhaustive, so a feature added to one struct and
-/// not to the other does not compile.
-macro_rules! feature_fields {
+/// Conversions between [`EventEvidence`] and [`OomAttributionRow`]: the list names every field of
+/// `EventEvidence` once; both struct literals are exhaustive, so a field added to one struct and
+/// not to the other does not compile. The derived columns are written for SQL readers and never
+/// read back: the features are derived again from the evidence ([`OomFeatures::derive`]), so
+/// a rules or derivation upgrade applies to stored rows at once.
+macro_rules! evidence_fields {
     ($($field:ident),* $(,)?) => {
-        /// The stored row of one event: its features, the rules' answer, its neighbours.
+        /// The stored row of one event: its evidence and derived features, the rules' answer,
+        /// its neighbours.
         pub fn to_row(
             f: OomFeatures,
             neighbours: &[RankedNeighbour],
             attributed_ms: i64,
         ) -> OomAttributionRow {
             let a = attribute(&f);
+            let OomFeatures {
+                evidence: e,
+                phase_effective,
+                phase_source,
+                context_bytes,
+                cached_free_bytes,
+                outside_bytes,
+                others_bytes,
+                others_from,
+                need_alone_bytes,
+                need_alone_from,
+                static_estimate_bytes,
+                attention_bytes,
+                ..
+            } = f;
             OomAttributionRow {
+                phase_effective,
+                phase_source,
+                context_bytes,
+                cached_free_bytes,
+                outside_bytes,
+                others_bytes,
+                others_from,
+                need_alone_bytes,
+                need_alone_from,
+                static_estimate_bytes,
+                attention_bytes,
                 scenario: a.scenario.as_str().to_owned(),
                 rule: a.rule.id().to_owned(),
                 confidence_pct: a.confidence_pct,
+                alternative_scenarios: a.alternatives.iter().map(|x| x.scenario.as_str().to_owned()).collect(),
+                alternative_confidence_pct: a.alternatives.iter().map(|x| x.confidence_pct).collect(),
                 rules_version: RULES_VERSION,
                 attributed_ms,
                 neighbour_workloads: neighbours.iter().map(|n| n.workload.clone()).collect(),
                 neighbour_pids: neighbours.iter().map(|n| n.pid).collect(),
                 neighbour_used_bytes: neighbours.iter().map(|n| n.used_bytes).collect(),
                 neighbour_growth_bytes: neighbours.iter().map(|n| n.growth_bytes).collect(),
-                $($field: f.$field,)*
+                $($field: e.$field,)*
             }
         }
 
-        /// The features of a stored row.
+        /// The features of a stored row, derived again from its evidence.
         pub fn features_of(r: &OomAttributionRow) -> OomFeatures {
-            OomFeatures { $($field: r.$field.clone(),)* }
+            OomFeatures::derive(EventEvidence { $($field: r.$field.clone(),)* })
         }
 
         /// A stored row taken apart into its features and (with `neighbours`) its ranked
         /// neighbours, without copying.
         fn into_parts(r: OomAttributionRow, neighbours: bool) -> (OomFeatures, Vec<RankedNeighbour>) {
             let ranked = if neighbours { neighbours_of(&r) } else { Vec::new() };
-            (OomFeatures { $($field: r.$field,)* }, ranked)
+            (OomFeatures::derive(EventEvidence { $($field: r.$field,)* }), ranked)
         }
 
         #[cfg(test)]
-        const FEATURE_FIELDS: &[&str] = &[$(stringify!($field)),*];
+        const EVIDENCE_FIELDS: &[&str] = &[$(stringify!($field)),*];
     };
 }
 
-feature_fields!(
+evidence_fields!(
     cluster,
     node,
     event_id,
@@ -202,14 +233,19 @@ feature_fields!(
     workload,
     truth_scenario,
     phase,
-    phase_effective,
-    phase_source,
+    phase_label,
+    phase_clue,
+    host_evidence,
+    message_hint,
+    capacity_source,
     requested_bytes,
     capacity_bytes,
     free_bytes,
     allocated_bytes,
     reserved_bytes,
     process_used_bytes,
+    other_pids,
+    other_used_bytes,
     xid,
     host_rss_bytes,
     params,
@@ -226,19 +262,6 @@ feature_fields!(
     data_parallel,
     activation_checkpointing,
     flash_attention,
-    own_listed_bytes,
-    context_bytes,
-    cached_free_bytes,
-    need_alone_from,
-    need_alone_bytes,
-    params_per_gpu,
-    weight_bytes_per_param,
-    optimizer_bytes_per_param,
-    zero_divisor,
-    static_estimate_bytes,
-    attention_bytes,
-    others_listed,
-    others_listed_bytes,
     window_ms,
     own_samples,
     own_first_ts,
@@ -246,14 +269,12 @@ feature_fields!(
     own_min_used,
     own_max_used,
     own_last_used,
-    own_swing_bytes,
     others_seen,
     others_first_bytes,
     others_last_bytes,
     own_sampled_bytes,
     others_growth_bytes,
-    top_neighbour_growth_bytes,
-    others_bytes,
+    top_neighbour_growth_bytes
 );
 
 /// The stored neighbours of a row, best first.
@@ -831,7 +852,7 @@ fn scenario_row(f: &OomFeatures) -> EventScenario {
         node: f.node.clone(),
         event_id: f.event_id,
         ts_ms: f.ts_ms,
-        scenario: first_rule(f).scenario(),
+        scenario: attribute(f).scenario,
     }
 }
 
@@ -932,11 +953,11 @@ mod tests {
     }
 
     #[test]
-    fn stored_row_holds_every_feature_in_order() {
-        let features = <OomFeatures as clickhouse::Row>::COLUMN_NAMES;
-        assert_eq!(FEATURE_FIELDS, features);
+    fn stored_row_holds_the_evidence_in_order() {
+        let evidence = <EventEvidence as clickhouse::Row>::COLUMN_NAMES;
+        assert_eq!(EVIDENCE_FIELDS, evidence);
         let row = <OomAttributionRow as clickhouse::Row>::COLUMN_NAMES;
-        assert_eq!(&row[..features.len()], features, "the row starts with the features, in order");
+        assert_eq!(&row[..evidence.len()], evidence, "the row starts with the evidence, in order");
     }
 
     #[test]
@@ -956,16 +977,18 @@ mod tests {
 
     #[test]
     fn rows_round_trip_features_and_neighbours() {
-        let f = OomFeatures {
+        let f = OomFeatures::derive(EventEvidence {
             cluster: "c".into(),
             node: "n".into(),
             event_id: 7,
             ts_ms: 1000,
             kind: "host_oom_kill".into(),
             host_rss_bytes: Some(5),
+            other_pids: vec![3],
+            other_used_bytes: vec![4],
             window_ms: 60_000,
-            ..OomFeatures::default()
-        };
+            ..EventEvidence::default()
+        });
         let n = vec![RankedNeighbour {
             cluster: "c".into(),
             node: "n".into(),

@@ -29,6 +29,11 @@ enum Command {
     /// the real pipeline, then the confusion matrix, per-scenario precision / recall and the
     /// adversarial cases; exits 1 below --min-macro.
     Accuracy(AccuracyArgs),
+    /// Explain a pasted OOM message or a log offline (no ClickHouse, no agent): every failure in the
+    /// files (stdin when none) parsed as the agent parses job and kernel logs, attributed from the
+    /// message alone — verdict, confidence, the alternatives left open, the evidence, what would
+    /// decide, the remedy. Exits 2 when no failure is found.
+    Explain(ExplainArgs),
     /// Explain OOM events in the triage order (when → static → batch/sequence →
     /// contention/fragmentation → remedy) with the memory curve before each failure, the ranked
     /// neighbours and the remedy: one event by id, or those of a job, pod, node / GPU in a time range.
@@ -54,6 +59,18 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+struct ExplainArgs {
+    /// Files to read (job logs, a pasted traceback, saved dmesg output); stdin when none.
+    files: Vec<PathBuf>,
+    /// JSON Lines: one document per failure, with the fields of `oomlens postmortem --json`.
+    #[arg(long)]
+    json: bool,
+    /// Line framing: auto (detect), plain, cri (Kubernetes container logs), docker (json-file).
+    #[arg(long, default_value = "auto")]
+    format: oomlens_parse::LineFormat,
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +314,24 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Accuracy(a) => run_accuracy(a).await,
+        Command::Explain(a) => {
+            let mut out = std::io::stdout().lock();
+            let found = match oomlens_collector::explain::run(&a.files, a.format, a.json, &mut out) {
+                Ok(n) => n,
+                // A reader closing the pipe (`| head`) ends the command quietly.
+                Err(oomlens_collector::explain::ExplainError::Write(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if found == 0 {
+                eprintln!("no out-of-memory failure found in the input");
+                std::process::exit(2);
+            }
+            Ok(())
+        }
         Command::Postmortem(a) => run_postmortem(*a).await,
         Command::Top(a) => run_top(*a).await,
         Command::Report(ReportCommand::Capacity(a)) => run_capacity(*a).await,

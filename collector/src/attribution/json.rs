@@ -1,0 +1,177 @@
+//! The JSON document of one attributed event, shared by `oomlens postmortem --json` and
+//! `oomlens explain --json` (the postmortem adds the neighbours and the memory curve).
+//!
+//! The event id is a string: JSON numbers above 2^53 lose digits in JavaScript and `jq`, and event
+//! ids are random 64-bit numbers. Confidences are fractions in `[0, 1]`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Attribution, OomFeatures};
+use crate::timearg::format_ms;
+
+/// A scenario the evidence leaves open.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlternativeJson {
+    /// The scenario.
+    pub scenario: String,
+    /// Its probability in `[0, 1]`.
+    pub confidence: f64,
+}
+
+/// One attributed event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventJson {
+    /// Event id, as a decimal string.
+    pub event_id: String,
+    /// Failure time, epoch ms.
+    pub ts_ms: i64,
+    /// Failure time, RFC 3339.
+    pub time: String,
+    /// Cluster.
+    pub cluster: String,
+    /// Node.
+    pub node: String,
+    /// GPU.
+    pub gpu_index: Option<u32>,
+    /// PID.
+    pub pid: Option<u32>,
+    /// Workload.
+    pub workload: String,
+    /// The `pod` label ('' when none).
+    pub pod: String,
+    /// Every label of the event (`log.path`, `k8s.pod`, `slurm.job_id`, `phase.clue`, …).
+    pub labels: BTreeMap<String, String>,
+    /// Kind.
+    pub kind: String,
+    /// Detector.
+    pub source: String,
+    /// Framework that printed the message.
+    pub framework: String,
+    /// Effective phase ('' when unknown).
+    pub phase: String,
+    /// `reported`, `traceback`, `inferred`, `unknown`.
+    pub phase_source: String,
+    /// What the phase was read from.
+    pub phase_clue: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Rule.
+    pub rule: String,
+    /// Confidence in `[0, 1]`.
+    pub confidence: f64,
+    /// The other scenarios left open, most likely first.
+    pub alternatives: Vec<AlternativeJson>,
+    /// Evidence lines.
+    pub evidence: Vec<String>,
+    /// Missing data.
+    pub missing: Vec<String>,
+    /// What evidence would decide between the scenarios left open.
+    pub decide: Vec<String>,
+    /// Remedy.
+    pub remedy: String,
+    /// The limit the allocation failed against.
+    pub capacity_bytes: Option<u64>,
+    /// `message` or `nvml`.
+    pub capacity_source: String,
+    /// Requested bytes.
+    pub requested_bytes: Option<u64>,
+    /// Free GPU memory at the failure.
+    pub free_bytes: Option<u64>,
+    /// Allocated by the allocator.
+    pub allocated_bytes: Option<u64>,
+    /// Reserved by the caching allocator.
+    pub reserved_bytes: Option<u64>,
+    /// GPU memory of the failing process.
+    pub process_used_bytes: Option<u64>,
+    /// Reserved − allocated.
+    pub cached_free_bytes: Option<u64>,
+    /// Capacity − free − reserved.
+    pub outside_bytes: Option<u64>,
+    /// Other processes' memory at the failure.
+    pub others_bytes: Option<u64>,
+    /// Where `others_bytes` comes from.
+    pub others_from: String,
+    /// Static estimate from the job shape.
+    pub static_estimate_bytes: Option<u64>,
+    /// What the process alone needed.
+    pub need_alone_bytes: Option<u64>,
+}
+
+impl EventJson {
+    /// The document of `f` attributed `a`, with its labels.
+    pub fn new(f: &OomFeatures, a: &Attribution, labels: &[(String, String)]) -> EventJson {
+        let labels: BTreeMap<String, String> = labels.iter().cloned().collect();
+        EventJson {
+            event_id: f.event_id.to_string(),
+            ts_ms: f.ts_ms,
+            time: format_ms(f.ts_ms),
+            cluster: f.cluster.clone(),
+            node: f.node.clone(),
+            gpu_index: f.gpu_index,
+            pid: f.pid,
+            workload: f.workload.clone(),
+            pod: labels.get("pod").or_else(|| labels.get("k8s.pod")).cloned().unwrap_or_default(),
+            labels,
+            kind: f.kind.clone(),
+            source: f.source.clone(),
+            framework: f.framework.clone(),
+            phase: f.phase_effective.clone(),
+            phase_source: f.phase_source.clone(),
+            phase_clue: f.phase_clue.clone(),
+            scenario: a.scenario.as_str().to_owned(),
+            rule: a.rule.id().to_owned(),
+            confidence: a.confidence(),
+            alternatives: a
+                .alternatives
+                .iter()
+                .map(|x| AlternativeJson {
+                    scenario: x.scenario.as_str().to_owned(),
+                    confidence: f64::from(x.confidence_pct) / 100.0,
+                })
+                .collect(),
+            evidence: a.evidence.clone(),
+            missing: a.missing.iter().map(|m| (*m).to_owned()).collect(),
+            decide: a.decide.clone(),
+            remedy: a.remedy.to_owned(),
+            capacity_bytes: f.capacity_bytes,
+            capacity_source: if f.capacity_source.is_empty() && f.capacity_bytes.is_some() {
+                "message".to_owned()
+            } else {
+                f.capacity_source.clone()
+            },
+            requested_bytes: f.requested_bytes,
+            free_bytes: f.free_bytes,
+            allocated_bytes: f.allocated_bytes,
+            reserved_bytes: f.reserved_bytes,
+            process_used_bytes: f.process_used_bytes,
+            cached_free_bytes: f.cached_free_bytes,
+            outside_bytes: f.outside_bytes,
+            others_bytes: f.others_bytes,
+            others_from: f.others_from.clone(),
+            static_estimate_bytes: f.static_estimate_bytes,
+            need_alone_bytes: f.need_alone_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EventEvidence, attribute};
+    use super::*;
+
+    #[test]
+    fn event_ids_are_strings_and_labels_an_object() {
+        let f = OomFeatures::derive(EventEvidence {
+            event_id: u64::MAX - 1,
+            kind: "cuda_oom".into(),
+            ..EventEvidence::default()
+        });
+        let j = EventJson::new(&f, &attribute(&f), &[("log.path".into(), "/var/log/x.log".into())]);
+        let v = serde_json::to_value(&j).expect("json");
+        assert_eq!(v["event_id"], serde_json::json!("18446744073709551614"));
+        assert_eq!(v["labels"]["log.path"], serde_json::json!("/var/log/x.log"));
+        assert!(v["alternatives"].is_array() && v["decide"].is_array());
+    }
+}

@@ -1,0 +1,100 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Message-only attribution of the corpus of real OOMs (`corpus/`): every labelled message is
+//! parsed and attributed exactly as `oomlens explain` does (the agent's parser → the event it
+//! would send → features → rules; no samples, no job shape). Prints the confusion matrix with
+//! per-scenario precision and recall, the macro accuracy, every rule's precision and the
+//! reliability table of the confidence, and asserts the goals of `docs/attribution.md`.
+//!
+//! `OOMLENS_CORPUS_REPORT=FILE` also writes one line per labelled record (id, label, verdict,
+//! confidence, rule, alternatives) for whoever re-derives the rules.
+
+use std::fmt::Write as _;
+
+use oomlens_collector::attribution::accuracy::{ConfusionMatrix, Reliability, RuleScores};
+use oomlens_collector::explain::explain_text;
+use oomlens_schema::Scenario;
+
+/// The lowest macro accuracy accepted (the measured value less a margin; see the module docs).
+const MIN_MACRO: f64 = 0.70;
+/// The lowest precision of a rule that fired at least five times.
+const MIN_RULE_PRECISION: f64 = 0.40;
+
+#[test]
+fn real_messages_are_attributed_to_their_established_cause() {
+    let records = oomlens_corpus::load().expect("corpus");
+    let mut matrix = ConfusionMatrix::new();
+    let mut rules = RuleScores::default();
+    let mut reliability = Reliability::default();
+    let mut report = String::new();
+    let mut unknown = 0;
+    for r in records.iter() {
+        let Some(label) = &r.label else { continue };
+        let truth: Scenario = label.parse().unwrap();
+        let explained = explain_text(&r.text);
+        let primary = explained
+            .iter()
+            .find(|e| e.event.kind.as_str() == r.expect)
+            .unwrap_or_else(|| panic!("{}: no {} event", r.id, r.expect));
+        let a = &primary.attribution;
+        let right = a.scenario == truth;
+        matrix.add(truth, a.scenario);
+        rules.add(a.rule.id(), right);
+        if a.scenario == Scenario::Unknown {
+            unknown += 1;
+        } else {
+            reliability.add(a.confidence_pct, right);
+        }
+        let alts: Vec<String> =
+            a.alternatives.iter().map(|x| format!("{} {}", x.scenario, x.confidence_pct)).collect();
+        let f = &primary.features;
+        let gib = |v: Option<u64>| {
+            v.map_or_else(|| "-".to_owned(), |v| format!("{:.2}", v as f64 / (1u64 << 30) as f64))
+        };
+        let _ = writeln!(
+            report,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\tfw={} phase={}/{} hint={} Q={} C={} F={} A={} R={} P={} others={}({}) out={}",
+            if right { "ok" } else { "MISS" },
+            r.id,
+            label,
+            a.scenario,
+            a.confidence_pct,
+            a.rule.id(),
+            alts.join(", "),
+            f.framework,
+            f.phase_effective,
+            f.phase_source,
+            f.message_hint,
+            gib(f.requested_bytes),
+            gib(f.capacity_bytes),
+            gib(f.free_bytes),
+            gib(f.allocated_bytes),
+            gib(f.reserved_bytes),
+            gib(f.process_used_bytes),
+            gib(f.others_bytes),
+            f.others_from,
+            gib(f.outside_bytes),
+        );
+    }
+    if let Ok(path) = std::env::var("OOMLENS_CORPUS_REPORT") {
+        std::fs::write(&path, &report).unwrap();
+    }
+    println!("{} labelled real messages, message only (parse -> features -> rules):", matrix.total());
+    println!("{matrix}");
+    println!("per rule:\n{rules}");
+    println!("reliability (verdicts other than unknown; {unknown} unknown):\n{reliability}");
+    let macro_accuracy = matrix.macro_accuracy().unwrap();
+    assert!(matrix.total() >= 60);
+    // The goal is 85 % (docs/attribution.md); what the message alone supports today is asserted
+    // so that a change cannot lower it unnoticed.
+    assert!(
+        macro_accuracy >= MIN_MACRO,
+        "macro accuracy {:.1} % < {:.0} %",
+        macro_accuracy * 100.0,
+        MIN_MACRO * 100.0
+    );
+    if let Some((rule, p)) = rules.worst(5) {
+        assert!(p >= MIN_RULE_PRECISION, "rule {rule} right {:.0} % of the time", p * 100.0);
+    }
+    let gap = reliability.max_gap(10).unwrap();
+    assert!(gap <= 10.0, "calibration gap {gap:.1} points > 10");
+}
