@@ -263,6 +263,10 @@ impl LogsConfig {
     }
 }
 
+/// A file missing from the saved state counts as created after the save when its creation time is
+/// at most this much before the save's time (coarse file clocks, whole-second filesystems).
+pub const CREATED_SLACK_MS: i64 = 2000;
+
 /// Follower settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FollowOptions {
@@ -644,7 +648,10 @@ impl Follower {
                 let created_ms = created
                     .and_then(|c| c.duration_since(std::time::UNIX_EPOCH).ok())
                     .map(|d| d.as_millis() as i64);
-                if created_ms.is_some_and(|c| c >= self.saved_at_ms) { 0 } else { size }
+                // File times come from the kernel's coarse clock (a tick behind the system clock)
+                // and some filesystems keep whole seconds: a file made just after the save can
+                // look older. A file not in the state that is that close was never read anyway.
+                if created_ms.is_some_and(|c| c >= self.saved_at_ms - CREATED_SLACK_MS) { 0 } else { size }
             }
             _ => size,
         };
