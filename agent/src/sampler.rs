@@ -77,7 +77,8 @@ pub fn spawn_sampler(
                 Clock::Real => now_ms(),
                 Clock::Simulated { start_ms, .. } => start_ms + tick * interval_ms,
             };
-            let reading = source.sample(ts);
+            let mut reading = source.sample(ts);
+            reading.ts_ms = Some(ts);
             if tx.blocking_send(reading).is_err() {
                 break;
             }

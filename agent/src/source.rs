@@ -20,6 +20,10 @@ pub struct Reading {
     pub missing_fields: u32,
     /// Number of driver calls that timed out this time.
     pub timed_out_calls: u32,
+    /// The reading's time (Unix epoch ms, source time) when the sampler took it; `None` for the
+    /// detectors' readings. Source time advances with it even without samples (`source.kind =
+    /// "none"`), so events held for merging are released.
+    pub ts_ms: Option<i64>,
 }
 
 impl Reading {
@@ -30,6 +34,7 @@ impl Reading {
         self.events.extend(other.events);
         self.missing_fields += other.missing_fields;
         self.timed_out_calls += other.timed_out_calls;
+        self.ts_ms = self.ts_ms.max(other.ts_ms);
     }
 }
 

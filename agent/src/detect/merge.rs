@@ -540,6 +540,7 @@ impl EventStage {
             .iter()
             .map(|g| g.ts_ms)
             .chain(reading.process_samples.iter().map(|p| p.ts_ms))
+            .chain(reading.ts_ms)
             .max();
         if let Some(ts) = ts {
             self.latest_ms = self.latest_ms.max(ts);
@@ -929,6 +930,28 @@ mod tests {
         assert!(m.poll(5_000).is_empty());
         assert!(m.poll(100).is_empty()); // an older timestamp does not move the clock back
         assert_eq!(m.poll(10_000).len(), 2);
+    }
+
+    #[test]
+    fn source_time_advances_without_samples() {
+        // `source.kind = "none"`: readings carry only their time; held events still come out
+        // once their grace has passed.
+        let mut stage = EventStage::new(90.0, 2_000, 64, None);
+        let mut r = Reading {
+            events: vec![OomEvent {
+                kind: OomKind::CudaOom,
+                source: EventSource::Log,
+                gpu_index: Some(0),
+                event_id: 1,
+                ts_ms: 1_000,
+                ..OomEvent::default()
+            }],
+            ts_ms: Some(1_000),
+            ..Reading::default()
+        };
+        assert!(stage.on_reading(&mut r).is_empty(), "held for merging");
+        let mut tick = Reading { ts_ms: Some(5_000), ..Reading::default() };
+        assert_eq!(stage.on_reading(&mut tick).len(), 1);
     }
 
     #[test]

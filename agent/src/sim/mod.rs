@@ -830,6 +830,7 @@ impl Source for Simulator {
             events: std::mem::take(&mut self.pending),
             missing_fields: 0,
             timed_out_calls: 0,
+            ts_ms: Some(ts_ms),
         };
         for g in 0..self.gpus.len() {
             reading.gpu_samples.push(self.gpu_sample(g, ts_ms));
