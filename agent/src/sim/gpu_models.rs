@@ -51,6 +51,28 @@ impl GpuModel {
 /// Every supported model.
 pub const GPU_MODELS: &[GpuModel] = &[
     GpuModel {
+        key: "T4-16GB",
+        name: "Tesla T4",
+        total_mib: 15_360,
+        driver_reserved_mib: 246,
+        tdp_w: 70,
+        idle_w: 9,
+        max_sm_mhz: 1590,
+        idle_sm_mhz: 300,
+        mem_mhz: 5001,
+    },
+    GpuModel {
+        key: "L4-24GB",
+        name: "NVIDIA L4",
+        total_mib: 23_034,
+        driver_reserved_mib: 455,
+        tdp_w: 72,
+        idle_w: 16,
+        max_sm_mhz: 2040,
+        idle_sm_mhz: 210,
+        mem_mhz: 6251,
+    },
+    GpuModel {
         key: "A10-24GB",
         name: "NVIDIA A10",
         total_mib: 23_028,
@@ -130,6 +152,8 @@ mod tests {
         let a100 = lookup("A100-80GB").unwrap();
         assert!((gib(a100.capacity_bytes()) - 79.15).abs() < 0.01);
         for (key, nominal) in [
+            ("T4-16GB", 16.0),
+            ("L4-24GB", 24.0),
             ("A10-24GB", 24.0),
             ("A100-40GB", 40.0),
             ("A100-80GB", 80.0),

@@ -123,6 +123,8 @@ pub(crate) struct JobSpec {
     pub shape: Shape,
     pub churn: f64,
     pub min_frac: f64,
+    /// Share of the allocated bytes left cached in split blocks (see `allocator`).
+    pub slack: f64,
     pub torch: TorchVersion,
     pub host: HostSpec,
     pub program: Program,
@@ -131,7 +133,8 @@ pub(crate) struct JobSpec {
 }
 
 impl JobSpec {
-    /// Peak memory of the process alone with its current shape (see `truth`).
+    /// Peak memory of the process alone with its current shape, including the split remainders
+    /// its allocator cannot release (see `truth`).
     pub(crate) fn peak_alone(&self, shape: &Shape) -> u64 {
         match self.program {
             Program::Train(p) => {
@@ -141,11 +144,13 @@ impl JobSpec {
                 } else {
                     0
                 };
-                self.context + shape.static_bytes() + step.max(eval)
+                let peak = shape.static_bytes() + step.max(eval);
+                self.context + peak + (peak as f64 * self.slack).ceil() as u64
             }
             // The pool's last block may be rounded up by at most one large-buffer block.
             Program::Serve(s) => {
-                self.context + shape.weights_bytes() + s.kv_target + KV_ROUNDING + alloc_size(s.prefill)
+                let peak = shape.weights_bytes() + s.kv_target + KV_ROUNDING + alloc_size(s.prefill);
+                self.context + peak + (peak as f64 * self.slack).ceil() as u64
             }
         }
     }
@@ -164,7 +169,8 @@ impl JobSpec {
                 };
                 let max_alloc = step.max_alloc.max(eval.max_alloc).max(max_shape.max_static_alloc());
                 let slack = (max_alloc as f64 / self.min_frac.max(1e-6)).ceil() as u64;
-                self.context + max_shape.static_bytes() + step.peak.max(eval.peak) + slack
+                let peak = max_shape.static_bytes() + step.peak.max(eval.peak);
+                self.context + peak + (peak as f64 * self.slack).ceil() as u64 + slack
             }
             Program::Serve(s) => {
                 let max_alloc =
@@ -234,7 +240,7 @@ fn share(n: u32, parts: u32, j: u32) -> u32 {
 
 impl Job {
     pub(crate) fn new(spec: JobSpec, pid: u32) -> Self {
-        let alloc = CachingAllocator::new(spec.churn, spec.min_frac);
+        let alloc = CachingAllocator::new(spec.churn, spec.min_frac, spec.slack);
         let host = HostProcs::new(spec.host);
         Job {
             shape: spec.shape,

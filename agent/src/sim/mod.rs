@@ -611,6 +611,7 @@ impl Simulator {
             requested: failure.requested,
             allocated: job.alloc.allocated(),
             reserved: job.alloc.reserved(),
+            split: job.alloc.split(),
             others_used: others,
             kind: failure.kind,
         };

@@ -31,7 +31,7 @@
 use oomlens_schema::{Label, Scenario};
 use rand::Rng;
 
-use super::allocator::alloc_size;
+use super::allocator::{MAX_STRANDED, alloc_size};
 use super::gpu_models::GpuModel;
 use super::host::HostSpec;
 use super::job::{BatchPolicy, JobSpec, KV_ROUNDING, Program, SeqPolicy, ServeProgram, TrainProgram};
@@ -129,9 +129,23 @@ pub(crate) fn placement(t: Template, env: &mut Env<'_>) -> Vec<(u64, JobSpec)> {
     }
 }
 
+/// The process's GPU memory outside PyTorch's allocator: the CUDA context (a few hundred MiB,
+/// larger on large GPUs) and the cuBLAS / cuDNN workspaces (32–256 MiB).
 fn context(env: &mut Env<'_>) -> u64 {
     let base = if env.cap() > 60 * GIB { 480 * MIB } else { 384 * MIB };
-    base + env.rng.random_range(0..=6u64) * 32 * MIB
+    base + env.rng.random_range(0..=6u64) * 32 * MIB + env.rng.random_range(1..=8u64) * 32 * MIB
+}
+
+/// NCCL's buffers of a data-parallel job (one ring per peer, 0.5–1.5 GiB), outside the allocator.
+fn nccl(env: &mut Env<'_>, shape: &Shape) -> u64 {
+    if shape.dp > 1 { 512 * MIB + env.rng.random_range(0..=4u64) * 256 * MIB } else { 0 }
+}
+
+/// Split remainders a training job's allocator cannot release (share of its allocated bytes,
+/// see `allocator`): most jobs a few tenths of a percent to a few percent.
+fn train_slack(env: &mut Env<'_>) -> f64 {
+    let r: f64 = env.rng.random();
+    0.002 + (MAX_STRANDED - 0.002) * r * r
 }
 
 fn precision(env: &mut Env<'_>, allow_fp32: bool) -> Precision {
@@ -302,6 +316,8 @@ fn train_spec(
 ) -> JobSpec {
     let (job_name, labels, uid, oom_score_adj) = identity(env, base, kind);
     let process_name = env.pick(&["python", "python3", "python"]);
+    let context = context + nccl(env, &shape);
+    let slack = train_slack(env);
     JobSpec {
         template,
         job_name,
@@ -311,6 +327,7 @@ fn train_spec(
         shape,
         churn,
         min_frac,
+        slack,
         torch: torch(env),
         host,
         program: Program::Train(program),
@@ -398,7 +415,10 @@ fn healthy_train(env: &mut Env<'_>, budget: u64, o: TrainOpts) -> Option<JobSpec
 fn serve_job(env: &mut Env<'_>, budget: u64, growth_ticks: u64, slack: bool) -> Option<JobSpec> {
     for _ in 0..8 {
         let ctx = context(env);
-        let avail = budget.checked_sub(ctx)?;
+        let r: f64 = env.rng.random();
+        let serve_slack = 0.002 + 0.028 * r * r;
+        // The pool and its split remainders stay within the budget.
+        let avail = (budget.checked_sub(ctx)? as f64 / (1.0 + serve_slack)) as u64;
         let par = (0, 1);
         let Some(arch) = pick_arch(env, |a| {
             base_shape(*a, Precision::Bf16, Optimizer::None, par).weights_bytes() * 2 <= avail
@@ -440,6 +460,9 @@ fn serve_job(env: &mut Env<'_>, budget: u64, growth_ticks: u64, slack: bool) -> 
             shape,
             churn: 0.0,
             min_frac: 1.0,
+            // A serving engine allocates its KV cache in one pool: the slack comes from its
+            // prefill activations, a few tenths of a percent to 3 %.
+            slack: serve_slack,
             torch: env.pick(&[TorchVersion::V2_3, TorchVersion::V2_5]),
             host,
             program: Program::Serve(program),
@@ -624,9 +647,12 @@ fn fragmentation_job(env: &mut Env<'_>) -> Option<JobSpec> {
         };
         let s_max = env.pick(&[2048u32, 4096]);
         let shape = Shape { seq: s_max, ..base_shape(arch, prec, Optimizer::AdamW, par) };
+        // The job alone would use 45–80 % of the GPU; the cache its shape churn strands fills
+        // the rest (real fragmentation OOMs show 15–50 % of the GPU reserved but unallocated).
+        let footprint = (env.frac(0.45, 0.8) * 100.0) as u64;
         let modest = |b: u32| {
             let s = Shape { batch: b, ..shape };
-            (ctx + s.static_bytes() + s.step_peak().peak) * 100 <= cap * 35
+            (ctx + s.static_bytes() + s.step_peak().peak) * 100 <= cap * footprint
         };
         let Some(b) = largest_batch(512, modest) else {
             continue;

@@ -5,8 +5,9 @@
 //!
 //! 1. **Static** — the process's CUDA context + static state (weights, gradients, optimizer state
 //!    on this GPU) alone exceed the GPU's capacity.
-//! 2. **Fragmentation** — `reserved − allocated ≥ requested`: enough memory is cached by the
-//!    process, just not in one usable block (after the allocator released what it could).
+//! 2. **Fragmentation** — `reserved − allocated − split ≥ requested`: enough memory is cached by
+//!    the process, just not in one usable block (after the allocator released what it could),
+//!    beyond the routine split remainders every allocator keeps (those are part of the peak).
 //! 3. If the process would have fit **alone** at its peak (context + static + the dynamic peak of
 //!    its current shape, or of its KV-cache pool for an inference server):
 //!    * **Contention** when other processes hold memory on the GPU;
@@ -30,6 +31,8 @@ pub(crate) struct FailureFacts {
     pub requested: u64,
     pub allocated: u64,
     pub reserved: u64,
+    /// Routine split remainders in the cache (see `allocator`).
+    pub split: u64,
     pub others_used: u64,
     pub kind: AllocKind,
 }
@@ -38,7 +41,7 @@ pub(crate) struct FailureFacts {
 pub(crate) fn classify(f: &FailureFacts) -> Scenario {
     if f.context.saturating_add(f.static_bytes) > f.capacity {
         Scenario::Static
-    } else if f.reserved.saturating_sub(f.allocated) >= f.requested {
+    } else if f.reserved.saturating_sub(f.allocated).saturating_sub(f.split) >= f.requested {
         Scenario::Fragmentation
     } else if f.peak_alone <= f.capacity {
         if f.others_used > 0 { Scenario::Contention } else { Scenario::Fragmentation }
@@ -64,6 +67,7 @@ mod tests {
             requested: 2 * GIB,
             allocated: 70 * GIB,
             reserved: 71 * GIB,
+            split: 0,
             others_used: 0,
             kind: AllocKind::Activation,
         }
@@ -75,6 +79,8 @@ mod tests {
         assert_eq!(classify(&FailureFacts { kind: AllocKind::Attention, ..facts() }), Scenario::Sequence);
         assert_eq!(classify(&FailureFacts { static_bytes: 80 * GIB, ..facts() }), Scenario::Static);
         assert_eq!(classify(&FailureFacts { reserved: 72 * GIB, ..facts() }), Scenario::Fragmentation);
+        // Routine split remainders are not fragmentation.
+        assert_eq!(classify(&FailureFacts { reserved: 72 * GIB, split: GIB, ..facts() }), Scenario::Batch);
         let fits = FailureFacts { peak_alone: 60 * GIB, ..facts() };
         assert_eq!(classify(&FailureFacts { others_used: 9 * GIB, ..fits }), Scenario::Contention);
         assert_eq!(classify(&fits), Scenario::Fragmentation);
