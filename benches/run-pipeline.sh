@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the whole-pipeline tables of benches/README.md (issue 4 §6) in one run on one machine:
+# Reproduces the whole-pipeline tables of benches/README.md in one run on one machine:
 #   1. decode + validate (+ convert) per core — criterion, benches/benches/ingest.rs
 #   2. whole-pipeline throughput (loadgen, throughput mode) and its baselines on the same rows:
 #      clickhouse-client RowBinary, RowBinary over HTTP, JSONEachRow over HTTP

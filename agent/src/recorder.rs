@@ -1,4 +1,4 @@
-//! The flight recorder (DESIGN §6, issue 3 §5): decides which samples are sent, and keeps the
+//! The flight recorder: decides which samples are sent, and keeps the
 //! rest of the recent past so that the curve before every OOM reaches ClickHouse at full rate.
 //!
 //! The sampler reads the source at the *fast* interval. For every GPU the recorder then

@@ -1,4 +1,4 @@
-//! Per-core ingest cost of the collector (issue 4 §6): validated decode of realistic `Batch` frames
+//! Per-core ingest cost of the collector: validated decode of realistic `Batch` frames
 //! from the fleet simulator (`Frame::decode`: header, bytecheck, deserialise, limits), and decode +
 //! what `Sink::store` does per batch: RowBinary of the samples straight from the batch
 //! (`rowbinary::encode_batch`) plus the event rows; and, for comparison, the conversion into owned

@@ -10,7 +10,7 @@
 //!
 //! Everything is a pure function of its arguments: the same call gives the same bytes.
 //!
-//! Whole-pipeline benchmarks (issue 4 §6, the `loadgen` binary):
+//! Whole-pipeline benchmarks (the `loadgen` binary):
 //!
 //! * [`loadgen`] — simulated agents over real QUIC: pre-encoded frame pool, protocol driver, counters.
 //! * [`chbaseline`] — the same rows inserted by `clickhouse-client` (RowBinary) and as JSONEachRow

@@ -1,4 +1,4 @@
-//! `oomlens postmortem`: one report per OOM event, in the triage order of the domain document
+//! `oomlens postmortem`: one report per OOM event, in the triage order of `docs/attribution.md`
 //! (when → static estimate → batch / sequence → contention / fragmentation → remedy), with the
 //! memory curve before the failure, the ranked neighbours and the remedy.
 //!

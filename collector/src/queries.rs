@@ -17,7 +17,7 @@
 //!   on ClickHouse 18.16). A literal `?` is written `??`. The example value after `=` is what the
 //!   portability check (`deploy/sqlcheck`) and the docs run the query with.
 //! * Other leading `--` lines are free comments. No `FORMAT` clause and no trailing `;`.
-//! * Portability: every query runs unchanged on 18.16 and modern servers (see `shared/FIELD-NOTES.md`):
+//! * Portability: every query runs unchanged on 18.16 and modern servers:
 //!   no window functions, no `ASOF JOIN`, at most one `JOIN … ON` with equalities, no `DateTime64`,
 //!   no `Map`, and a deterministic `ORDER BY`.
 //!

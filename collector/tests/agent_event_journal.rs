@@ -1,4 +1,4 @@
-//! Events held in the agent's merge window survive `kill -9` (issue 3 §6): the real agent binary
+//! Events held in the agent's merge window survive `kill -9`: the real agent binary
 //! with a disk spool journals every event before it enters the merger; killed while events are
 //! held, a restarted agent replays them, and each reaches ClickHouse exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

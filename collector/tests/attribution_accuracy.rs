@@ -135,7 +135,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
     let macro_acc = matrix.macro_accuracy().unwrap();
     assert!(macro_acc >= 0.95, "macro-averaged accuracy {macro_acc:.3} < 0.95\n{matrix}");
 
-    // The adversarial cases of issue 5 §4, each present and attributed right.
+    // The adversarial cases, each present and attributed right.
     adversarial(&events);
 
     // Ground truth is never an input: blanking it changes nothing.
@@ -196,7 +196,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Checks the cases issue 5 §4 calls adversarial: each must occur in the run and be attributed
+/// Checks the adversarial cases (`docs/attribution.md`): each must occur in the run and be attributed
 /// to its true scenario.
 fn adversarial(events: &[AttributedEvent]) {
     for case in attribution::accuracy::adversarial_cases(events) {

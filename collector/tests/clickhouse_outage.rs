@@ -1,4 +1,4 @@
-//! Issue 4 §1: the real ClickHouse process is SIGKILLed mid-run and restarted 60 s later on the
+//! ClickHouse outages: the real ClickHouse process is SIGKILLed mid-run and restarted 60 s later on the
 //! same data directory and port while two real agent processes keep streaming from the simulator.
 //! Afterwards every sample and event is stored exactly once (raw rows, compared with the
 //! simulator's replay), `oom_events` has no duplicate id, `/readyz` said not-ready during the

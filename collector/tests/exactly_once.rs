@@ -1,4 +1,4 @@
-//! Issue 4 §2: exactly-once results from at-least-once delivery. A test-only fault point (feature
+//! Exactly-once results from at-least-once delivery. A test-only fault point (feature
 //! `fault-injection`) crashes the collector's writer after an insert committed and before the
 //! acknowledgement; the collector is then aborted (a crash: no flush, no goodbye) and a new one
 //! starts on the same address. The real agent process reconnects and re-sends what was not

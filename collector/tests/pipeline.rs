@@ -207,7 +207,7 @@ async fn collector_restart_mid_run_loses_no_batch() {
     }
 }
 
-/// The flight recorder end to end (issue 3 §5): with the agent's defaults (recorder on, 100 ms
+/// The flight recorder end to end: with the agent's defaults (recorder on, 100 ms
 /// fast readings), every 100 ms reading of the 30 s before each OOM of the GPU that failed (every
 /// GPU of the node for a host OOM) is in ClickHouse, and far from the OOMs a cold GPU is stored
 /// at the normal 1 s interval.
@@ -264,7 +264,7 @@ async fn the_fast_curve_before_every_oom_is_stored() {
     assert!(fast_window.len() >= 300, "at least one 30 s window of 100 ms readings");
 }
 
-/// The agent's `/metrics` (issue 3 §7) while it streams to a real collector: readings, events by
+/// The agent's `/metrics` while it streams to a real collector: readings, events by
 /// kind and detector, batches built / sent / acknowledged, the session, the ack latency and the
 /// spool, consistent with each other and with what reached ClickHouse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -332,7 +332,7 @@ async fn agent_metrics_report_what_the_agent_did() {
 }
 
 /// The job-log follower and the hook socket through the running agent, the collector and
-/// ClickHouse (issue 3 §1, §3): a PyTorch 2.x message appended to a followed job log and a report
+/// ClickHouse: a PyTorch 2.x message appended to a followed job log and a report
 /// sent to the hook socket become `oom_events` rows with their numbers, source and framework.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn log_and_hook_reports_reach_clickhouse() {

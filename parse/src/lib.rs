@@ -12,6 +12,9 @@
 //! * `pytorch.rs` — PyTorch's allocator message (1.0 … 2.x, ROCm).
 //! * `frameworks.rs` — every other family (CUDA runtime, cuBLAS, cuDNN, NCCL, TensorFlow, BFC,
 //!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
+//! * `phase.rs` — the phase read from the traceback frames around a message; `host.rs` — host-memory
+//!   symptoms in job logs (killed workers, `Killed`, exit 137); `hint.rs` — what a message's own
+//!   words say about the cause (`message.hint`).
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
 //! * `command.rs` — reading whole files or stdin through both parsers (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).

@@ -1,4 +1,4 @@
-//! The OOM scenario taxonomy (DESIGN.md §1): what ran out, and therefore which remedy applies.
+//! The OOM scenario taxonomy: what ran out, and therefore which remedy applies.
 //!
 //! Shared by the simulator (ground-truth labels), the wire protocol and attribution.
 
@@ -63,7 +63,7 @@ impl Scenario {
         }
     }
 
-    /// The first remedy the domain document prescribes for this scenario.
+    /// The first remedy for this scenario (`docs/attribution.md`, the scenarios table).
     pub const fn remedy(self) -> &'static str {
         match self {
             Scenario::Static => {

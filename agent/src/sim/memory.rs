@@ -1,4 +1,4 @@
-//! The memory model of a transformer job (DESIGN §1): model catalog, job shape, and the exact
+//! The memory model of a transformer job: model catalog, job shape, and the exact
 //! sequence of allocations of each phase.
 //!
 //! * **Static** (per GPU): weights + gradients + optimizer state. Bytes per parameter: weights 4

@@ -1,5 +1,5 @@
-//! The deterministic fleet simulator (DESIGN §8): a [`Source`] whose GPUs run simulated jobs whose
-//! memory follows the model of DESIGN §1, and whose OOMs carry ground truth for attribution.
+//! The deterministic fleet simulator: a [`Source`] whose GPUs run simulated jobs whose
+//! memory follows the transformer memory model of `memory.rs`, and whose OOMs carry ground truth for attribution.
 //!
 //! Files:
 //!

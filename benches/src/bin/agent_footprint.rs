@@ -1,5 +1,5 @@
 //! `cargo run --release -p oomlens-benches --bin agent-footprint`: the agent's CPU and memory
-//! footprint (issue 3 §7). Runs the real `oomlens-agent` (release) as a child process on the
+//! footprint. Runs the real `oomlens-agent` (release) as a child process on the
 //! simulator — 8 GPUs, 16 processes per GPU (plus the simulated jobs), sampled at 10 Hz in real
 //! time (speed 1) with the flight recorder on — against an in-process collector and a throw-away
 //! ClickHouse, and measures from `/proc/<pid>`:

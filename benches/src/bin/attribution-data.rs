@@ -3,7 +3,7 @@
 //! `--events` OOM events with the attribution-relevant fields spread over the window — generated
 //! inside ClickHouse with `INSERT … SELECT … FROM numbers()` (one insert per node and day, with a
 //! progress bar), then stores every event's attribution once (`oom_attributions`, the backfill
-//! `oomlens attribute` runs; timed as the one-off cost) and times the report queries of issue 5 §5:
+//! `oomlens attribute` runs; timed as the one-off cost) and times the report queries:
 //! one postmortem, the fleet breakdown by scenario over the whole window (the shipped SQL and the
 //! CLI's path over the stored rows), and the capacity report. Results go to benches/README.md.
 

@@ -1,6 +1,6 @@
 //! `cargo run --release -p oomlens-benches --bin loadgen -- [--agents N] [--mode throughput|rate] …`
 //!
-//! Whole-pipeline load generator (issue 4 §6). Starts a throw-away ClickHouse
+//! Whole-pipeline load generator. Starts a throw-away ClickHouse
 //! (`oomlens_collector::devch`), mints a CA, a collector certificate and **one client certificate
 //! per agent** (CN = agent name, OU = cluster: every agent is its own node to the collector), runs
 //! the release `oomlens-collector serve` as a separate process with a generated config, and plays

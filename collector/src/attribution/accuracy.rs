@@ -214,7 +214,7 @@ pub const ACCURACY_MIX: [(&str, u32); 7] = [
     ("healthy", 1),
 ];
 
-/// One adversarial case of issue 5 §4 in a run: how many events matched it, how many of those were
+/// One adversarial case in a run: how many events matched it, how many of those were
 /// attributed to their true scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdversarialCase {

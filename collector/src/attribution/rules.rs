@@ -616,10 +616,10 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             phase_words(f)
         ),
         Rule::BatchActivations => format!(
-            "the process alone needed {} of {cap} in {}: the activations of batch {}",
+            "the process alone needed {} of {cap} in {}: the activations of {}",
             ob(f.need_alone_bytes),
             phase_words(f),
-            f.batch_size.map_or_else(|| "?".to_owned(), |s| s.to_string())
+            f.batch_size.map_or_else(|| "the step's batch".to_owned(), |s| format!("batch {s}"))
         ),
         Rule::ContextCreation => {
             "a CUDA context or library handle could not be created: the GPU was already nearly full".to_owned()

@@ -1,4 +1,4 @@
-//! Stored attributions (`oom_attributions`, issue 5 §5): each OOM event's features, the rules'
+//! Stored attributions (`oom_attributions`): each OOM event's features, the rules'
 //! answer and its top-ranked neighbours are computed **once**, after the event has settled, and
 //! reports read that table instead of re-reading every process sample at query time.
 //!

@@ -2,7 +2,7 @@
 //!
 //! The capacity report (`collector/sql/capacity_headroom*.sql`) reads these instead of the raw
 //! samples: at fleet scale (116 M samples over 7 days) the raw scan takes 20–36 s on the bench box,
-//! the rollups about a second (`benches/README.md`, issue 5).
+//! the rollups about a second (`benches/README.md`).
 //!
 //! * `gpu_minutes` — per (cluster, node, gpu_index, minute, `used_pct` = ⌊100 × used / total⌋):
 //!   `seconds`, a `groupBitOrForEach` state of [`SUB_BUCKETS`] 64-bit masks — bit *s* of mask *j*
