@@ -174,11 +174,20 @@ pub struct SpoolSection {
     pub max_bytes: u64,
     /// `always`, `interval` (at most once a second) or `never`.
     pub fsync: crate::spool::FsyncPolicy,
+    /// Memory for batches the disk refuses (full, read-only, I/O errors), bytes: they wait here
+    /// and go to disk once it takes writes again; beyond it the oldest samples are dropped
+    /// (events never).
+    pub memory_fallback_bytes: usize,
 }
 
 impl Default for SpoolSection {
     fn default() -> Self {
-        SpoolSection { dir: None, max_bytes: 1024 * 1024 * 1024, fsync: crate::spool::FsyncPolicy::Interval }
+        SpoolSection {
+            dir: None,
+            max_bytes: 1024 * 1024 * 1024,
+            fsync: crate::spool::FsyncPolicy::Interval,
+            memory_fallback_bytes: 64 * 1024 * 1024,
+        }
     }
 }
 

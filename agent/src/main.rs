@@ -237,6 +237,19 @@ async fn main() -> anyhow::Result<()> {
             if totals.pending_batches > 0 {
                 anyhow::bail!("{} batches were not acknowledged before exit", totals.pending_batches);
             }
+            if totals.dropped_events > 0 {
+                anyhow::bail!(
+                    "{} OOM events were lost (the spool could not take their batches)",
+                    totals.dropped_events
+                );
+            }
+            if totals.dropped_gpu_samples + totals.dropped_process_samples > 0 {
+                tracing::warn!(
+                    gpu_samples = totals.dropped_gpu_samples,
+                    process_samples = totals.dropped_process_samples,
+                    "samples were dropped to keep the spool within its caps (events were kept)"
+                );
+            }
         }
     }
     Ok(())

@@ -80,6 +80,12 @@ pub struct AgentMetrics {
     pub spool_truncated_bytes: Counter,
     /// Disk spool: batches found pending at start-up (re-sent).
     pub spool_replayed_batches: Counter,
+    /// Disk spool: writes the disk refused (full, read-only, I/O errors).
+    pub spool_write_errors: Counter,
+    /// Disk spool: 1 while batches wait in memory because the disk refuses writes.
+    pub spool_degraded: Gauge,
+    /// Disk spool: bytes of batches waiting in memory because the disk refuses writes.
+    pub spool_memory_bytes: Gauge,
     /// Event journal: events written before entering the merge window.
     pub event_journal_appends: Counter,
     /// Event journal: events detected but not yet in the spool (held, or in an unsent batch).
@@ -127,6 +133,9 @@ impl AgentMetrics {
             spool_corrupt_records: Counter::default(),
             spool_truncated_bytes: Counter::default(),
             spool_replayed_batches: Counter::default(),
+            spool_write_errors: Counter::default(),
+            spool_degraded: Gauge::default(),
+            spool_memory_bytes: Gauge::default(),
             event_journal_appends: Counter::default(),
             event_journal_outstanding: Gauge::default(),
             event_journal_replayed: Counter::default(),
@@ -201,6 +210,21 @@ impl AgentMetrics {
             "spool_replayed_batches",
             "Batches found in the disk spool at start-up and re-sent",
             m.spool_replayed_batches.clone(),
+        );
+        r.register(
+            "spool_write_errors",
+            "Disk spool writes the disk refused (full, read-only, I/O errors); the batch waits in memory",
+            m.spool_write_errors.clone(),
+        );
+        r.register(
+            "spool_degraded",
+            "1 while batches wait in memory because the spool's disk refuses writes",
+            m.spool_degraded.clone(),
+        );
+        r.register(
+            "spool_memory_bytes",
+            "Bytes of batches waiting in memory because the spool's disk refuses writes",
+            m.spool_memory_bytes.clone(),
         );
         r.register(
             "event_journal_appends",

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use oomlens_schema::Hello;
-use oomlens_schema::telemetry::{Heartbeat, Readiness};
+use oomlens_schema::telemetry::{Degraded, Heartbeat, Readiness};
 use oomlens_schema::tls::TlsFiles;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
@@ -61,6 +61,7 @@ pub enum RunError {
 pub fn open_spool(
     cfg: &AgentConfig,
     metrics: &Arc<AgentMetrics>,
+    degraded: &Degraded,
 ) -> Result<(Box<dyn Spool>, u64, u64), RunError> {
     let Some(dir) = &cfg.spool.dir else {
         return Ok((Box::new(MemorySpool::new(cfg.uplink.spool_max_bytes)), rand::random::<u64>() | 1, 1));
@@ -71,6 +72,7 @@ pub fn open_spool(
     metrics.spool_truncated_bytes.inc_by(r.truncated_bytes);
     metrics.spool_replayed_batches.inc_by(r.replayed_batches);
     spool.set_metrics(metrics.clone());
+    spool.set_memory_fallback(cfg.spool.memory_fallback_bytes, degraded.clone());
     info!(dir = %dir.display(), boot_id = state.boot_id, next_seq = state.next_seq, replayed_batches = r.replayed_batches, "disk spool open");
     Ok((Box::new(spool), state.boot_id, state.next_seq))
 }
@@ -127,6 +129,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     let mut registry = Registry::default();
     let metrics = AgentMetrics::register(&mut registry);
     let readiness = Readiness::default();
+    let degraded = Degraded::default();
     let heartbeat = Heartbeat::watching(sampler_max_silence(&cfg));
     let telemetry = match cfg.telemetry.listen {
         Some(addr) => {
@@ -135,6 +138,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
                 Arc::new(registry),
                 readiness.clone(),
                 heartbeat.clone(),
+                degraded.clone(),
             )
             .await
             .map_err(|source| RunError::Telemetry { addr, source })?;
@@ -161,7 +165,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     } else {
         source
     };
-    let (spool, boot_id, first_seq) = open_spool(&cfg, &metrics)?;
+    let (spool, boot_id, first_seq) = open_spool(&cfg, &metrics, &degraded)?;
     // After the spool: its directory lock covers the journal.
     let detect = open_event_stage(&cfg, &metrics)?;
     let hello = Hello {

@@ -132,6 +132,8 @@ struct SpoolState {
     /// Rows handed to the spool, and rows acknowledged.
     pushed: RowCounts,
     acked_batches: u64,
+    /// Rows dropped: samples over the spool's caps, whole batches it could not take.
+    dropped: RowCounts,
 }
 
 struct Shared {
@@ -160,6 +162,20 @@ impl Shared {
         // A panic while holding the lock cannot leave the spool half-updated in a way that matters
         // more than stopping the agent would; keep going with the inner value.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts dropped rows in the totals and in `dropped_rows{table}`.
+    fn count_dropped(&self, st: &mut SpoolState, rows: RowCounts) {
+        st.dropped.add(rows);
+        for (table, n) in [
+            ("gpu_samples", rows.gpu_samples),
+            ("process_samples", rows.process_samples),
+            ("oom_events", rows.events),
+        ] {
+            if n > 0 {
+                self.metrics.dropped_rows.get_or_create(&vec![("table", table.into())]).inc_by(n);
+            }
+        }
     }
 
     fn update_gauges(&self, st: &SpoolState) {
@@ -195,6 +211,13 @@ pub struct UplinkTotals {
     pub process_samples: u64,
     /// Events pushed.
     pub events: u64,
+    /// GPU samples dropped (spool caps, a full disk with its memory fallback full, a batch the
+    /// spool could not take).
+    pub dropped_gpu_samples: u64,
+    /// Process samples dropped.
+    pub dropped_process_samples: u64,
+    /// Events dropped: only a batch the spool could not take at all (never to make room).
+    pub dropped_events: u64,
 }
 
 impl UplinkHandle {
@@ -205,24 +228,33 @@ impl UplinkHandle {
 
     /// Encodes a batch and queues it for delivery.
     pub fn push(&self, batch: Batch) -> Result<(), UplinkError> {
-        let pending = PendingBatch::encode(batch)?;
+        let rows = RowCounts::of(&batch);
+        let pending = match PendingBatch::encode(batch) {
+            Ok(p) => p,
+            Err(e) => {
+                let mut st = self.shared.lock();
+                self.shared.count_dropped(&mut st, rows);
+                return Err(e.into());
+            }
+        };
         let mut st = self.shared.lock();
         st.last_pushed = pending.seq;
         st.pushed.add(pending.rows);
-        let dropped = st.spool.push(pending)?;
+        let dropped = match st.spool.push(pending) {
+            Ok(d) => d,
+            Err(e) => {
+                self.shared.count_dropped(&mut st, rows);
+                self.shared.update_gauges(&st);
+                return Err(e.into());
+            }
+        };
         if dropped.rows != RowCounts::default() {
             warn!(
                 gpu_samples = dropped.rows.gpu_samples,
                 process_samples = dropped.rows.process_samples,
                 "spool full: dropped the oldest samples (events are kept)"
             );
-            let m = &self.shared.metrics;
-            m.dropped_rows
-                .get_or_create(&vec![("table", "gpu_samples".into())])
-                .inc_by(dropped.rows.gpu_samples);
-            m.dropped_rows
-                .get_or_create(&vec![("table", "process_samples".into())])
-                .inc_by(dropped.rows.process_samples);
+            self.shared.count_dropped(&mut st, dropped.rows);
         }
         self.shared.update_gauges(&st);
         drop(st);
@@ -247,6 +279,9 @@ impl UplinkHandle {
             gpu_samples: st.pushed.gpu_samples,
             process_samples: st.pushed.process_samples,
             events: st.pushed.events,
+            dropped_gpu_samples: st.dropped.gpu_samples,
+            dropped_process_samples: st.dropped.process_samples,
+            dropped_events: st.dropped.events,
         }
     }
 
@@ -303,6 +338,7 @@ impl Uplink {
                 finishing: false,
                 pushed: RowCounts::default(),
                 acked_batches: 0,
+                dropped: RowCounts::default(),
             }),
             changed: Notify::new(),
             drained: Notify::new(),

@@ -204,6 +204,7 @@ pub async fn start(
                 Arc::new(registry),
                 readiness.clone(),
                 oomlens_schema::telemetry::Heartbeat::always(),
+                oomlens_schema::telemetry::Degraded::default(),
             )
             .await
             .map_err(|source| ServiceError::Telemetry { addr, source })?;

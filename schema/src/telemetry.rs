@@ -1,12 +1,19 @@
 //! The HTTP telemetry endpoint (feature `telemetry`): `GET /metrics` (Prometheus text exposition of
 //! a `prometheus-client` registry), `GET /healthz` (alive: 200 unless the owner's [`Heartbeat`]
 //! has not beaten for its maximum age — a wedged main loop) and `GET /readyz` (200 only
-//! while the owner says it is ready, e.g. connected to ClickHouse / the collector) — plus the
-//! process-level plumbing every binary shares: log set-up and the stop signal.
+//! while the owner says it is ready, e.g. connected to ClickHouse / the collector, and nothing is
+//! [`Degraded`]) — plus the process-level plumbing every binary shares: log set-up and the stop
+//! signal.
+//!
+//! A degraded component (the agent's spool on a disk that refuses writes) keeps `/healthz` at 200
+//! — restarting the process would lose what it holds in memory — and names itself in the body
+//! (`ok, degraded: spool: …`); `/readyz` answers 503 with the same reason, so the state shows in
+//! `kubectl get pods` and in load-balancer health checks.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -29,6 +36,34 @@ impl Readiness {
     /// Current readiness.
     pub fn get(&self) -> bool {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Components working in a degraded mode, with the reason (shared between the owner and the
+/// endpoint).
+#[derive(Debug, Clone, Default)]
+pub struct Degraded(Arc<Mutex<BTreeMap<&'static str, String>>>);
+
+impl Degraded {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, String>> {
+        // The map is always consistent: keep using it after a panic elsewhere.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `component` degraded for `reason` (replacing an earlier reason).
+    pub fn set(&self, component: &'static str, reason: impl Into<String>) {
+        self.lock().insert(component, reason.into());
+    }
+
+    /// `component` works normally again.
+    pub fn clear(&self, component: &'static str) {
+        self.lock().remove(component);
+    }
+
+    /// `component: reason; …` of every degraded component, `None` when none is.
+    pub fn summary(&self) -> Option<String> {
+        let m = self.lock();
+        (!m.is_empty()).then(|| m.iter().map(|(c, r)| format!("{c}: {r}")).collect::<Vec<_>>().join("; "))
     }
 }
 
@@ -93,6 +128,7 @@ struct AppState {
     registry: Arc<Registry>,
     ready: Readiness,
     health: Heartbeat,
+    degraded: Degraded,
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -113,18 +149,21 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     if state.health.alive() {
-        (StatusCode::OK, "ok\n".to_owned())
+        match state.degraded.summary() {
+            Some(d) => (StatusCode::OK, format!("ok, degraded: {d}\n")),
+            None => (StatusCode::OK, "ok\n".to_owned()),
+        }
     } else {
         let age = state.health.since_last_beat().unwrap_or_default();
         (StatusCode::SERVICE_UNAVAILABLE, format!("stalled: no progress for {} ms\n", age.as_millis()))
     }
 }
 
-async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.ready.get() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    match (state.ready.get(), state.degraded.summary()) {
+        (_, Some(d)) => (StatusCode::SERVICE_UNAVAILABLE, format!("degraded: {d}\n")),
+        (true, None) => (StatusCode::OK, "ready\n".to_owned()),
+        (false, None) => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_owned()),
     }
 }
 
@@ -135,6 +174,7 @@ pub async fn serve(
     registry: Arc<Registry>,
     ready: Readiness,
     health: Heartbeat,
+    degraded: Degraded,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -142,7 +182,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { registry, ready, health });
+        .with_state(AppState { registry, ready, health, degraded });
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "telemetry endpoint stopped");
@@ -218,8 +258,11 @@ mod tests {
         let ready = Readiness::default();
         let health = Heartbeat::watching(Duration::from_millis(100));
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let degraded = Degraded::default();
         let (addr, task) =
-            serve(any, Arc::new(Registry::default()), ready.clone(), health.clone()).await.unwrap();
+            serve(any, Arc::new(Registry::default()), ready.clone(), health.clone(), degraded.clone())
+                .await
+                .unwrap();
         assert!(get(addr, "/metrics").await.starts_with("HTTP/1.0 200"));
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.0 503"));
         ready.set(true);
@@ -230,6 +273,20 @@ mod tests {
         assert!(stalled.starts_with("HTTP/1.0 503") && stalled.contains("stalled"), "{stalled}");
         health.beat();
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.0 200"));
+        // Degraded: alive (200, named in the body), not ready (503 with the reason).
+        degraded.set("spool", "the disk refused a write");
+        let h = get(addr, "/healthz").await;
+        assert!(
+            h.starts_with("HTTP/1.0 200") && h.contains("ok, degraded: spool: the disk refused a write"),
+            "{h}"
+        );
+        let r = get(addr, "/readyz").await;
+        assert!(
+            r.starts_with("HTTP/1.0 503") && r.contains("degraded: spool: the disk refused a write"),
+            "{r}"
+        );
+        degraded.clear("spool");
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.0 200"));
         task.abort();
     }
 }

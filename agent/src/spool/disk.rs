@@ -12,6 +12,16 @@
 //! are read from disk when the uplink asks for them. Segments are deleted once every record in them
 //! is acknowledged. Over the byte cap, the oldest segment holding samples is rewritten without them
 //! (records without events vanish, records with events keep their events), never touching events.
+//!
+//! **When the disk refuses** a write (full, read-only, over quota, I/O error), the batch is not
+//! lost: it waits in a [`MemorySpool`] of `memory_fallback_bytes`, and so do the batches after it
+//! (records stay in sequence order on disk). Every later push and acknowledgement retries the disk
+//! and moves the waiting batches there in order. Over the memory cap, the oldest samples go first
+//! — those on disk (their segment is compacted, which also frees disk space), then those in memory
+//! — and events never. While batches wait in memory the spool is degraded: the reason is set on the
+//! telemetry's [`Degraded`] (`/readyz` 503), `spool_degraded` is 1, and one warning is logged per
+//! episode. The sequence numbers of the batches in memory are recorded in `meta` (rewritten in
+//! place when no new file can be created), so a restart never reuses them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -23,10 +33,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
+
+use oomlens_schema::telemetry::Degraded;
 
 use super::segment::{self, RecordHeader};
-use super::{Dropped, PendingBatch, RowCounts, Spool, SpoolError};
+use super::{Dropped, MemorySpool, PendingBatch, RowCounts, Spool, SpoolError};
 use crate::metrics::AgentMetrics;
 
 /// When the spool forces its writes to stable storage.
@@ -48,6 +60,11 @@ const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
 /// Smallest segment size (small caps still get several segments).
 const MIN_SEGMENT_BYTES: u64 = 64 * 1024;
+/// Default memory for batches the disk refuses (`spool.memory_fallback_bytes`).
+pub const DEFAULT_MEMORY_FALLBACK_BYTES: usize = 64 * 1024 * 1024;
+/// Name of the component on the telemetry's [`Degraded`].
+const DEGRADED_COMPONENT: &str = "spool";
+
 /// Sequence numbers skipped after records were lost at start-up: a lost record may have reached a
 /// collector, and its seq must not be reused for different rows under the same boot id.
 const SEQ_GAP_AFTER_LOSS: u64 = 1 << 20;
@@ -163,6 +180,11 @@ pub struct DiskSpool {
     warned_events_only: bool,
     metrics: Option<Arc<AgentMetrics>>,
     buf: Vec<u8>,
+    /// Batches the disk refused, in sequence order after every record on disk.
+    fallback: MemorySpool,
+    /// Why the disk refused the last write, while batches wait in memory.
+    refused: Option<String>,
+    degraded: Degraded,
 }
 
 impl DiskSpool {
@@ -236,6 +258,9 @@ impl DiskSpool {
             warned_events_only: false,
             metrics: None,
             buf: Vec::new(),
+            fallback: MemorySpool::new(DEFAULT_MEMORY_FALLBACK_BYTES),
+            refused: None,
+            degraded: Degraded::default(),
         };
         let mut max_seen = meta.max_seq.max(meta.acked);
         for id in names {
@@ -260,6 +285,22 @@ impl DiskSpool {
     /// Counts later corruption (records that fail their checksum when read back) in these metrics.
     pub fn set_metrics(&mut self, metrics: Arc<AgentMetrics>) {
         self.metrics = Some(metrics);
+    }
+
+    /// Memory for batches the disk refuses, and where to report the degraded state.
+    pub fn set_memory_fallback(&mut self, max_bytes: usize, degraded: Degraded) {
+        self.fallback.set_max_bytes(max_bytes);
+        self.degraded = degraded;
+    }
+
+    /// Why the disk refuses writes, while batches wait in memory.
+    pub fn degraded_reason(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
+    /// Batches waiting in memory because the disk refused them.
+    pub fn batches_in_memory(&self) -> usize {
+        self.fallback.len()
     }
 
     /// The spool directory.
@@ -340,17 +381,30 @@ impl DiskSpool {
     }
 
     /// Replaces `meta` (write to `meta.tmp`, rename); `durable` syncs the file and the directory.
+    /// When no new file can be made (a full disk), the existing `meta` is overwritten in place:
+    /// its 36 bytes are already allocated, and a torn write fails the CRC, which a restart treats as
+    /// a lost meta (a new boot id: a fresh sequence space, never a reused seq).
     fn write_meta(&mut self, durable: bool) -> Result<(), SpoolError> {
         let tmp = self.dir.join("meta.tmp");
         let path = self.dir.join("meta");
-        let mut f = File::create(&tmp).map_err(SpoolError::io(&tmp))?;
-        f.write_all(&self.meta.encode()).map_err(SpoolError::io(&tmp))?;
-        if durable {
-            f.sync_all().map_err(SpoolError::io(&tmp))?;
-        }
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(SpoolError::io(&path))?;
-        if durable {
+        let encoded = self.meta.encode();
+        let replaced = (|| {
+            let mut f = File::create(&tmp).map_err(SpoolError::io(&tmp))?;
+            f.write_all(&encoded).map_err(SpoolError::io(&tmp))?;
+            if durable {
+                f.sync_all().map_err(SpoolError::io(&tmp))?;
+            }
+            drop(f);
+            std::fs::rename(&tmp, &path).map_err(SpoolError::io(&path))
+        })();
+        if let Err(e) = replaced {
+            let _ = std::fs::remove_file(&tmp);
+            let f = OpenOptions::new().write(true).open(&path).map_err(|_| e)?;
+            f.write_all_at(&encoded, 0).map_err(SpoolError::io(&path))?;
+            if durable {
+                f.sync_data().map_err(SpoolError::io(&path))?;
+            }
+        } else if durable {
             self.sync_dir()?;
         }
         self.meta_written = self.meta;
@@ -561,12 +615,9 @@ impl DiskSpool {
     }
 }
 
-impl Spool for DiskSpool {
-    fn push(&mut self, batch: PendingBatch) -> Result<Dropped, SpoolError> {
-        let last = self.meta.max_seq;
-        if batch.seq <= last || self.index.last_key_value().is_some_and(|(s, _)| *s >= batch.seq) {
-            return Err(SpoolError::OutOfOrder { seq: batch.seq, last });
-        }
+impl DiskSpool {
+    /// Appends one record to the active segment; on failure nothing of it stays on disk.
+    fn append(&mut self, batch: &PendingBatch) -> Result<(), SpoolError> {
         self.buf.clear();
         let header = RecordHeader { seq: batch.seq, rows: batch.rows };
         let len = segment::encode_record(&header, &batch.frame, &mut self.buf)
@@ -587,19 +638,120 @@ impl Spool for DiskSpool {
         seg.pending_samples += batch.rows.samples();
         self.disk_bytes += len as u64;
         self.index.insert(batch.seq, Entry { segment: id, offset, len: len as u32, rows: batch.rows });
-        self.meta.max_seq = batch.seq;
+        self.meta.max_seq = self.meta.max_seq.max(batch.seq);
         self.unsynced = true;
         if let Err(e) = self.maybe_sync(false) {
             // The record is written (page cache); only its durability is late.
             warn!(error = %e, "spool: fsync failed");
         }
-        Ok(self.enforce_cap())
+        Ok(())
+    }
+
+    /// The disk refused a write: batches wait in memory until it takes them again.
+    fn refuse(&mut self, e: &SpoolError) {
+        if let Some(m) = &self.metrics {
+            m.spool_write_errors.inc();
+        }
+        if self.refused.is_none() {
+            warn!(dir = %self.dir.display(), error = %e,
+                "spool: the disk refused a write; batches wait in memory (spool.memory_fallback_bytes) and move to disk once it takes writes again");
+        }
+        self.refused = Some(format!("the disk refused a write ({e}); batches wait in memory"));
+    }
+
+    /// Moves the batches waiting in memory to disk, in order, while it takes them.
+    fn retry_disk(&mut self) {
+        while let Ok(Some(next)) = self.fallback.next_after(0) {
+            match self.append(&next) {
+                Ok(()) => {
+                    self.fallback.ack_through(next.seq);
+                }
+                Err(e) => {
+                    self.refuse(&e);
+                    break;
+                }
+            }
+        }
+        if self.fallback.is_empty() && self.refused.take().is_some() {
+            info!(dir = %self.dir.display(), "spool: the disk takes writes again; every batch held in memory is on disk");
+        }
+        self.report_state();
+    }
+
+    /// Publishes the degraded state and the memory held.
+    fn report_state(&self) {
+        match &self.refused {
+            Some(reason) => self.degraded.set(
+                DEGRADED_COMPONENT,
+                format!("{reason}: {} batches, {} bytes", self.fallback.len(), self.fallback.bytes()),
+            ),
+            None => self.degraded.clear(DEGRADED_COMPONENT),
+        }
+        if let Some(m) = &self.metrics {
+            m.spool_degraded.set(i64::from(self.refused.is_some()));
+            m.spool_memory_bytes.set(i64::try_from(self.fallback.bytes()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Batches in memory over their cap: drops the oldest samples on disk first (compacting their
+    /// segment frees disk space too), then moves what waits in memory to disk if it now fits.
+    fn make_room_for(&mut self, bytes: usize, dropped: &mut Dropped) {
+        if self.fallback.bytes().saturating_add(bytes) <= self.fallback.max_bytes() {
+            return;
+        }
+        if let Some(id) = self.segments.iter().find(|(_, s)| s.pending_samples > 0).map(|(id, _)| *id) {
+            match self.compact(id, dropped) {
+                Ok(()) => self.retry_disk(),
+                Err(e) => warn!(error = %e, "spool: cannot drop old samples on a disk that refuses writes"),
+            }
+        }
+    }
+}
+
+impl Spool for DiskSpool {
+    fn push(&mut self, batch: PendingBatch) -> Result<Dropped, SpoolError> {
+        let last = self.meta.max_seq;
+        if batch.seq <= last || self.index.last_key_value().is_some_and(|(s, _)| *s >= batch.seq) {
+            return Err(SpoolError::OutOfOrder { seq: batch.seq, last });
+        }
+        let mut dropped = Dropped::default();
+        if !self.fallback.is_empty() {
+            self.retry_disk();
+        }
+        if self.fallback.is_empty() {
+            match self.append(&batch) {
+                Ok(()) => {
+                    dropped.rows.add(self.enforce_cap().rows);
+                    return Ok(dropped);
+                }
+                Err(e @ SpoolError::Io { .. }) => self.refuse(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        // Behind the batches already waiting: records stay in sequence order.
+        self.make_room_for(batch.frame.len(), &mut dropped);
+        self.meta.max_seq = batch.seq;
+        if let Err(e) = self.write_meta(self.fsync != FsyncPolicy::Never) {
+            warn!(error = %e, seq = batch.seq, "spool: cannot record the sequence number of a batch held in memory");
+        }
+        if self.fallback.is_empty() && self.refused.is_none() {
+            // Making room let the disk take everything: this one goes there too.
+            if self.append(&batch).is_ok() {
+                dropped.rows.add(self.enforce_cap().rows);
+                self.report_state();
+                return Ok(dropped);
+            }
+        }
+        dropped.rows.add(self.fallback.push(batch)?.rows);
+        self.report_state();
+        Ok(dropped)
     }
 
     fn next_after(&mut self, after: u64) -> Result<Option<PendingBatch>, SpoolError> {
         loop {
             let Some((&seq, &e)) = self.index.range((Bound::Excluded(after), Bound::Unbounded)).next() else {
-                return Ok(None);
+                // Every batch in memory comes after every record on disk.
+                return self.fallback.next_after(after);
             };
             if let Some(frame) = self.read_record(seq, &e)? {
                 return Ok(Some(PendingBatch { seq, frame, rows: e.rows }));
@@ -615,6 +767,7 @@ impl Spool for DiskSpool {
         for s in &acked {
             self.remove_entry(*s);
         }
+        let in_memory = self.fallback.ack_through(seq);
         if seq > self.meta.acked {
             self.meta.acked = seq.min(self.meta.max_seq.max(self.meta.acked));
         }
@@ -630,24 +783,49 @@ impl Spool for DiskSpool {
             // next one and a stale meta only means re-sending batches the collector dedups.
             warn!(error = %e, "spool: cannot record an acknowledgement on disk");
         }
-        acked.len()
+        if self.refused.is_some() {
+            // Deleted segments may have made room.
+            self.retry_disk();
+        }
+        acked.len() + in_memory
     }
 
     fn len(&self) -> usize {
-        self.index.len()
+        self.index.len() + self.fallback.len()
     }
 
     fn bytes(&self) -> usize {
-        usize::try_from(self.disk_bytes).unwrap_or(usize::MAX)
+        usize::try_from(self.disk_bytes).unwrap_or(usize::MAX).saturating_add(self.fallback.bytes())
     }
 
     fn first_seq(&self) -> Option<u64> {
-        self.index.first_key_value().map(|(s, _)| *s)
+        self.index.first_key_value().map(|(s, _)| *s).or_else(|| self.fallback.first_seq())
     }
 }
 
 impl Drop for DiskSpool {
     fn drop(&mut self) {
+        if !self.fallback.is_empty() {
+            self.retry_disk();
+        }
+        let mut lost = RowCounts::default();
+        while let Ok(Some(b)) = self.fallback.next_after(0) {
+            lost.add(b.rows);
+            self.fallback.ack_through(b.seq);
+        }
+        if lost != RowCounts::default() {
+            error!(dir = %self.dir.display(), gpu_samples = lost.gpu_samples, process_samples = lost.process_samples,
+                events = lost.events, "spool: closing with batches the disk never took; they are lost");
+            if let Some(m) = &self.metrics {
+                for (table, n) in [
+                    ("gpu_samples", lost.gpu_samples),
+                    ("process_samples", lost.process_samples),
+                    ("oom_events", lost.events),
+                ] {
+                    m.dropped_rows.get_or_create(&vec![("table", table.to_owned())]).inc_by(n);
+                }
+            }
+        }
         let result = self.maybe_sync(true).and_then(|()| self.write_meta(self.fsync != FsyncPolicy::Never));
         if let Err(e) = result {
             warn!(error = %e, "spool: cannot sync on close");

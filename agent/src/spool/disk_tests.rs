@@ -277,3 +277,126 @@ fn every_fsync_policy_round_trips() {
         assert_eq!(seqs(&mut s), [2, 3], "{policy:?}");
     }
 }
+
+/// A tmpfs of `bytes` mounted on a fresh directory (unmounted on drop), or `None` with a message
+/// where this process may not mount (not root, no CAP_SYS_ADMIN).
+struct TinyFs {
+    dir: tempfile::TempDir,
+}
+
+impl TinyFs {
+    fn mount(bytes: u64) -> Option<TinyFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(TinyFs { dir }),
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs here: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_keeps_every_batch_in_memory_and_moves_them_back_in_order() {
+    let Some(fs) = TinyFs::mount(512 * 1024) else { return };
+    let dir = fs.path().join("spool");
+    let (mut s, st) = open(&dir, BIG);
+    let degraded = Degraded::default();
+    s.set_memory_fallback(64 << 20, degraded.clone());
+    // ~34 KiB per batch: the 512 KiB disk refuses after about fifteen.
+    let mut seq = st.next_seq;
+    while s.degraded_reason().is_none() {
+        assert_eq!(s.push(batch(seq, 300, 1)).unwrap(), Dropped::default());
+        seq += 1;
+        assert!(seq < 100, "the disk never filled up");
+    }
+    for _ in 0..10 {
+        s.push(batch(seq, 300, 1)).unwrap();
+        seq += 1;
+    }
+    let issued = seq - 1;
+    assert!(s.batches_in_memory() >= 10);
+    assert!(degraded.summary().unwrap().contains("the disk refused a write"), "{:?}", degraded.summary());
+    // Nothing lost, in order, disk and memory together.
+    assert_eq!(seqs(&mut s), (st.next_seq..=issued).collect::<Vec<_>>());
+    assert_eq!(s.len() as u64, issued - st.next_seq + 1);
+    // Acknowledging what is on disk frees it: the batches in memory move there, in order.
+    let on_disk = s.index.last_key_value().map(|(k, _)| *k).unwrap();
+    s.ack_through(on_disk);
+    assert_eq!(s.batches_in_memory(), 0, "moved to disk once it had room");
+    assert!(s.degraded_reason().is_none() && degraded.summary().is_none());
+    assert_eq!(seqs(&mut s), (on_disk + 1..=issued).collect::<Vec<_>>());
+    for b in pending(&mut s) {
+        assert_eq!(decode(&b).events.len(), 1);
+    }
+}
+
+#[test]
+fn a_full_disk_drops_old_samples_beyond_the_memory_cap_never_events() {
+    let Some(fs) = TinyFs::mount(512 * 1024) else { return };
+    let dir = fs.path().join("spool");
+    let (mut s, st) = open(&dir, BIG);
+    let one = batch(1, 2000, 1).frame.len();
+    s.set_memory_fallback(one * 3, Degraded::default());
+    let mut dropped = RowCounts::default();
+    let mut seq = st.next_seq;
+    for _ in 0..40 {
+        dropped.add(s.push(batch(seq, 2000, 1)).unwrap().rows);
+        seq += 1;
+    }
+    assert!(dropped.gpu_samples > 0 && dropped.events == 0, "{dropped:?}");
+    // Every batch is still there with its event; the oldest samples went first.
+    let all = pending(&mut s);
+    assert_eq!(all.iter().map(|b| b.seq).collect::<Vec<_>>(), (st.next_seq..seq).collect::<Vec<_>>());
+    assert!(all.iter().all(|b| decode(b).events.len() == 1));
+    let kept: u64 = all.iter().map(|b| b.rows.gpu_samples).sum();
+    assert_eq!(kept + dropped.gpu_samples, 2000 * 40);
+    assert_eq!(all[0].rows.gpu_samples, 0, "the oldest samples are dropped first");
+    assert_eq!(all.last().unwrap().rows.gpu_samples, 2000, "the newest are kept");
+}
+
+#[test]
+fn sequence_numbers_of_batches_in_memory_are_never_reused_after_a_restart() {
+    let Some(fs) = TinyFs::mount(256 * 1024) else { return };
+    let dir = fs.path().join("spool");
+    let (mut s, st) = open(&dir, BIG);
+    let mut seq = st.next_seq;
+    while s.batches_in_memory() < 3 {
+        s.push(batch(seq, 2000, 1)).unwrap();
+        seq += 1;
+    }
+    let issued = seq - 1;
+    // Killed while batches wait in memory: the lock goes as with a kill, and `mem::forget` skips
+    // the close (its last attempt to write them).
+    rustix::fs::flock(&s._lock, rustix::fs::FlockOperation::Unlock).unwrap();
+    std::mem::forget(s);
+    let (_s, st2) = DiskSpool::open(&dir, BIG, FsyncPolicy::Never).unwrap();
+    assert!(
+        st2.boot_id != st.boot_id || st2.next_seq > issued,
+        "seq {} would be reused under boot id {} (issued up to {issued})",
+        st2.next_seq,
+        st2.boot_id
+    );
+}

@@ -18,6 +18,16 @@ impl MemorySpool {
         MemorySpool { queue: VecDeque::new(), bytes: 0, max_bytes }
     }
 
+    /// Changes the cap (applied from the next push).
+    pub fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.max_bytes = max_bytes;
+    }
+
+    /// The cap.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     /// Strips the samples of the oldest batch that still has some. Returns false when none has.
     fn drop_oldest_samples(&mut self, dropped: &mut Dropped) -> Result<bool, SpoolError> {
         let Some(pos) = self.queue.iter().position(|b| b.rows.samples() > 0) else {

@@ -182,6 +182,53 @@ pub async fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool
     f()
 }
 
+/// A tmpfs of `bytes` mounted on a fresh directory (unmounted on drop): a small disk that fills
+/// up. `None`, with the reason on stderr, where this process may not mount (not root, no
+/// CAP_SYS_ADMIN): the caller skips its test.
+pub struct TinyFs {
+    dir: tempfile::TempDir,
+}
+
+impl TinyFs {
+    pub fn mount(bytes: u64) -> Option<TinyFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(TinyFs { dir }),
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs here: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// A loopback address with a free TCP port (a telemetry endpoint).
+pub fn reserve_tcp_addr() -> SocketAddr {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 /// A loopback address with a free UDP port (for a collector that is stopped and started again).
 pub fn reserve_addr() -> SocketAddr {
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -237,6 +284,7 @@ fn newest_mtime(path: &Path) -> Option<std::time::SystemTime> {
 pub struct AgentProcess {
     pub child: std::process::Child,
     pub log: std::path::PathBuf,
+    pub report: std::path::PathBuf,
 }
 
 impl AgentProcess {
@@ -245,18 +293,29 @@ impl AgentProcess {
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, toml::to_string(cfg).unwrap()).unwrap();
         let log = dir.join(format!("{name}.log"));
+        let report = dir.join(format!("{name}.report.json"));
         let out = std::fs::File::create(&log).unwrap();
         let child = std::process::Command::new(agent_binary())
             .arg("run")
             .arg("--config")
             .arg(&config)
+            .arg("--report")
+            .arg(&report)
             .env("OOMLENS_LOG", "info")
             .env_remove("OOMLENS_AGENT_CONFIG")
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .unwrap();
-        AgentProcess { child, log }
+        AgentProcess { child, log, report }
+    }
+
+    /// The report the agent wrote on exit (`--report`).
+    pub fn report(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(&self.report).unwrap_or_else(|e| {
+            panic!("no report at {}: {e}; log:\n{}", self.report.display(), self.log_text())
+        });
+        serde_json::from_str(&text).unwrap()
     }
 
     /// `kill -9`.
