@@ -28,8 +28,12 @@ pub struct CollectorSection {
     pub cert: PathBuf,
     /// Collector key (PEM).
     pub key: PathBuf,
-    /// Most concurrent agent connections.
+    /// Most concurrent agent connections (0: derived from `max_memory_bytes`, half of it for
+    /// connections at [`CONNECTION_BYTES`] each).
     pub max_connections: usize,
+    /// Most concurrent connections with one agent certificate (cluster, node): an agent needs
+    /// one, two while it reconnects.
+    pub max_connections_per_certificate: usize,
     /// Most batches of one connection being stored at once.
     pub max_batches_in_flight: usize,
     /// QUIC idle timeout, ms.
@@ -41,8 +45,9 @@ pub struct CollectorSection {
     /// How often the CA, certificate and key files are checked for changes, ms (0: only on
     /// SIGHUP). Changed files are used for new connections without a restart.
     pub tls_reload_interval_ms: u64,
-    /// Memory budget of the collector in bytes. Sizes the global cap on bytes in flight when
-    /// `max_bytes_in_flight` is 0: `(max_memory_bytes - BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION`.
+    /// Memory budget of the collector in bytes: `BASE_MEMORY_BYTES` + `max_connections` ×
+    /// [`CONNECTION_BYTES`] + `IN_FLIGHT_EXPANSION` × `max_bytes_in_flight` must fit in it. Sizes
+    /// whichever of the two is 0.
     pub max_memory_bytes: u64,
     /// Cap on frame bytes accepted from all connections but not yet stored (0: derived from
     /// `max_memory_bytes`). When it is reached, connections stop reading their streams.
@@ -58,6 +63,11 @@ pub const BASE_MEMORY_BYTES: u64 = 96 << 20;
 /// Upper bound of the collector's memory per frame byte in flight: the frame buffer, the decoded
 /// batch, its rows (each stamped with cluster, node and agent id) and the insert buffers.
 pub const IN_FLIGHT_EXPANSION: u64 = 6;
+/// Upper bound of one open connection's memory beyond its frames in flight: the data its peer
+/// sent that is not read yet (at most the QUIC receive window,
+/// [`oomlens_schema::tls::RECEIVE_WINDOW_BYTES`]) plus the connection's TLS and QUIC state and its
+/// session task (about 70 KiB measured in `tests/memory_bound.rs`; 128 KiB budgeted).
+pub const CONNECTION_BYTES: u64 = oomlens_schema::tls::RECEIVE_WINDOW_BYTES as u64 + (128 << 10);
 
 impl Default for CollectorSection {
     fn default() -> Self {
@@ -67,7 +77,8 @@ impl Default for CollectorSection {
             ca: PathBuf::from("/etc/oomlens/ca.pem"),
             cert: PathBuf::from("/etc/oomlens/collector.pem"),
             key: PathBuf::from("/etc/oomlens/collector.key"),
-            max_connections: 10_000,
+            max_connections: 0,
+            max_connections_per_certificate: 4,
             max_batches_in_flight: 64,
             idle_timeout_ms: 15_000,
             handshake_timeout_ms: 10_000,
@@ -201,9 +212,10 @@ impl CollectorConfig {
                 .map(|s| s.trim().to_owned())
                 .unwrap_or_else(|_| "collector".to_owned());
         }
-        if self.collector.max_connections == 0 || self.collector.max_batches_in_flight == 0 {
+        if self.collector.max_batches_in_flight == 0 || self.collector.max_connections_per_certificate == 0 {
             return Err(ConfigError::Invalid(
-                "collector.max_connections and collector.max_batches_in_flight must be > 0".to_owned(),
+                "collector.max_connections_per_certificate and collector.max_batches_in_flight must be > 0"
+                    .to_owned(),
             ));
         }
         if self.collector.idle_timeout_ms < 300 {
@@ -226,17 +238,37 @@ impl CollectorConfig {
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
         self.attribution.validate()?;
         let c = &mut self.collector;
+        let available = c.max_memory_bytes.saturating_sub(BASE_MEMORY_BYTES);
+        if c.max_connections == 0 {
+            c.max_connections =
+                usize::try_from((available / 2 / CONNECTION_BYTES).max(1)).unwrap_or(usize::MAX);
+        }
+        let connections = (c.max_connections as u64).saturating_mul(CONNECTION_BYTES);
         if c.max_bytes_in_flight == 0 {
-            c.max_bytes_in_flight =
-                c.max_memory_bytes.saturating_sub(BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION;
+            c.max_bytes_in_flight = available.saturating_sub(connections) / IN_FLIGHT_EXPANSION;
         }
         if c.max_bytes_in_flight < MIN_BYTES_IN_FLIGHT
             || c.max_connection_bytes_in_flight < MIN_BYTES_IN_FLIGHT
         {
             return Err(ConfigError::Invalid(format!(
-                "collector.max_bytes_in_flight ({}, derived from max_memory_bytes {} when 0) and \
-                 collector.max_connection_bytes_in_flight ({}) must be at least {MIN_BYTES_IN_FLIGHT}",
-                c.max_bytes_in_flight, c.max_memory_bytes, c.max_connection_bytes_in_flight
+                "collector.max_bytes_in_flight ({}, derived from max_memory_bytes {} less {} connections × \
+                 {CONNECTION_BYTES} bytes when 0) and collector.max_connection_bytes_in_flight ({}) must be at \
+                 least {MIN_BYTES_IN_FLIGHT}: raise max_memory_bytes or lower max_connections",
+                c.max_bytes_in_flight,
+                c.max_memory_bytes,
+                c.max_connections,
+                c.max_connection_bytes_in_flight
+            )));
+        }
+        let needed = BASE_MEMORY_BYTES
+            .saturating_add(connections)
+            .saturating_add(c.max_bytes_in_flight.saturating_mul(IN_FLIGHT_EXPANSION));
+        if needed > c.max_memory_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "collector.max_memory_bytes ({}) is below what the other limits may use: {BASE_MEMORY_BYTES} base + \
+                 max_connections {} × {CONNECTION_BYTES} + {IN_FLIGHT_EXPANSION} × max_bytes_in_flight {} = {needed} \
+                 bytes; raise it, or lower max_connections / max_bytes_in_flight (0 derives them)",
+                c.max_memory_bytes, c.max_connections, c.max_bytes_in_flight
             )));
         }
         Ok(self)
@@ -251,6 +283,7 @@ impl CollectorConfig {
             idle_timeout: Duration::from_millis(c.idle_timeout_ms),
             handshake_timeout: Duration::from_millis(c.handshake_timeout_ms),
             max_connections: c.max_connections,
+            max_connections_per_certificate: c.max_connections_per_certificate,
             max_batches_in_flight: c.max_batches_in_flight,
             max_bytes_in_flight: c.max_bytes_in_flight,
             max_connection_bytes_in_flight: c.max_connection_bytes_in_flight,

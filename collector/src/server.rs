@@ -8,9 +8,9 @@
 //! A batch whose `seq` is already stored is acknowledged without a second insert. A bad frame gets
 //! an `ErrorReply`, is counted, and closes that connection only.
 //!
-//! **Bytes in flight.** Every frame after `Hello` is charged its size (header + payload, at most
-//! the cap) against a per-connection and a global [`Semaphore`] of bytes *before* its payload is
-//! read; the charge is released when the batch is stored (or dropped: duplicate, error, closed
+//! **Bytes in flight.** Every frame, the `Hello` included, is charged its size (header + payload,
+//! at most the cap) against a per-connection and a global [`Semaphore`] of bytes *before* its
+//! payload is read, and its buffer grows only as the payload arrives; the charge is released when the batch is stored (or dropped: duplicate, error, closed
 //! connection). When a cap is reached the connection's reader stops reading its stream, quinn's
 //! flow-control window fills, and the agent's writes block: it keeps its batches in its spool.
 //! Frames accepted but not stored — and everything derived from them (decoded batch, rows, insert
@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oomlens_schema::tls::{TlsError, TlsFiles};
-use oomlens_schema::transport::{TransportError, read_frame, write_frame};
+use oomlens_schema::transport::{TransportError, read_payload, write_frame};
 use oomlens_schema::{Ack, ErrorCode, ErrorReply, Frame, Hello, Welcome, limits};
-use oomlens_schema::{FrameHeader, HEADER_LEN};
+use oomlens_schema::{FrameHeader, FrameKind, HEADER_LEN};
 use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Most concurrent agent connections.
     pub max_connections: usize,
+    /// Most concurrent connections with one certificate identity (cluster, node).
+    pub max_connections_per_certificate: usize,
     /// Most batches of one connection being stored at once.
     pub max_batches_in_flight: usize,
     /// Cap on frame bytes accepted from all connections and not yet stored.
@@ -112,6 +114,27 @@ enum SessionError {
     Storage(#[from] SinkError),
     #[error("superseded by a newer session of the same agent run")]
     Superseded,
+    #[error("the peer reset its stream")]
+    StreamReset,
+    #[error("{0}")]
+    TooManyConnections(String),
+}
+
+impl SessionError {
+    /// Classifies a failed read: the peer going away between frames (connection closed or timed
+    /// out, stream reset) is not a bad frame.
+    fn read(e: TransportError) -> SessionError {
+        if let TransportError::Io(io) = &e
+            && let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<quinn::ReadError>())
+        {
+            match r {
+                quinn::ReadError::ConnectionLost(c) => return SessionError::Connection(c.clone()),
+                quinn::ReadError::Reset(_) => return SessionError::StreamReset,
+                _ => {}
+            }
+        }
+        SessionError::BadFrame(e)
+    }
 }
 
 impl SessionError {
@@ -124,7 +147,11 @@ impl SessionError {
             SessionError::HelloTimeout => "hello_timeout",
             SessionError::Connection(_) => "connection",
             SessionError::BadFrame(TransportError::Frame(e)) => e.reason(),
-            SessionError::BadFrame(_) => "truncated_stream",
+            SessionError::BadFrame(TransportError::TruncatedStream { .. }) => "truncated_stream",
+            SessionError::BadFrame(TransportError::UnexpectedKind { .. }) => "protocol",
+            SessionError::BadFrame(TransportError::Io(_)) => "stream_io",
+            SessionError::StreamReset => "stream_reset",
+            SessionError::TooManyConnections(_) => "too_many_connections_per_certificate",
             SessionError::Protocol(_) => "protocol",
             SessionError::Write(_) => "write",
             SessionError::Storage(_) => "storage",
@@ -165,6 +192,7 @@ pub struct Server {
     metrics: Arc<CollectorMetrics>,
     bytes_in_flight: ByteBudget,
     agent_locks: AgentLocks,
+    per_certificate: CertConnections,
     tls: TlsReloader,
 }
 
@@ -182,7 +210,16 @@ impl Server {
         let tls =
             TlsReloader::new(endpoint.clone(), cfg.tls.clone(), material, cfg.idle_timeout, metrics.clone());
         let bytes_in_flight = ByteBudget::new(cfg.max_bytes_in_flight);
-        Ok(Server { cfg, endpoint, sink, metrics, bytes_in_flight, agent_locks: AgentLocks::default(), tls })
+        Ok(Server {
+            cfg,
+            endpoint,
+            sink,
+            metrics,
+            bytes_in_flight,
+            agent_locks: AgentLocks::default(),
+            per_certificate: CertConnections::default(),
+            tls,
+        })
     }
 
     /// Reloads the TLS material on request (SIGHUP, tests); a timer does it too when configured.
@@ -223,6 +260,7 @@ impl Server {
                 shutdown: shutdown.clone(),
                 bytes_in_flight: self.bytes_in_flight.clone(),
                 agent_locks: self.agent_locks.clone(),
+                per_certificate: self.per_certificate.clone(),
             };
             tasks.spawn(async move {
                 ctx.handle(incoming).await;
@@ -293,8 +331,9 @@ struct FrameReader {
 }
 
 impl FrameReader {
-    /// The next frame; `Ok(None)` when the stream ends cleanly between frames.
-    async fn next(&mut self) -> Result<Option<ReadFrame>, TransportError> {
+    /// The next frame, which must be of kind `expect` (the session's Hello, then batches);
+    /// `Ok(None)` when the stream ends cleanly between frames.
+    async fn next(&mut self, expect: FrameKind) -> Result<Option<ReadFrame>, TransportError> {
         let mut header = [0u8; HEADER_LEN];
         let got = read_full(&mut self.recv, &mut header).await?;
         if got == 0 {
@@ -304,13 +343,21 @@ impl FrameReader {
             return Err(TransportError::TruncatedStream { have: got, need: HEADER_LEN });
         }
         let header = FrameHeader::parse(&header)?;
+        if header.kind != expect {
+            // Refused before anything is charged or read: one Hello, then batches only.
+            return Err(TransportError::UnexpectedKind {
+                expected: expect.as_str(),
+                got: header.kind.as_str(),
+            });
+        }
         let size = HEADER_LEN as u64 + u64::from(header.len);
         let permit = self.acquire(size).await?;
-        self.buf.clear();
-        self.buf.resize(header.len as usize, 0);
-        let got = read_full(&mut self.recv, &mut self.buf).await?;
-        if got < self.buf.len() {
-            return Err(TransportError::TruncatedStream { have: got, need: self.buf.len() });
+        // The buffer grows only as the payload arrives (a peer announcing a large frame and
+        // sending nothing holds its charge, not memory).
+        let need = header.len as usize;
+        let got = read_payload(&mut self.recv, need, &mut self.buf).await?;
+        if got < need {
+            return Err(TransportError::TruncatedStream { have: got, need });
         }
         let frame = Frame::decode_payload(&header, &self.buf)?;
         // Do not keep a large buffer per idle connection; the decoded frame holds the data now.
@@ -386,6 +433,46 @@ async fn read_full(r: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<usize, s
     Ok(filled)
 }
 
+/// Open connections per certificate identity (cluster, node): one agent needs one (two while it
+/// reconnects); a stolen or shared certificate cannot take the collector's connection slots.
+#[derive(Debug, Clone, Default)]
+struct CertConnections(Arc<std::sync::Mutex<HashMap<CertKey, usize>>>);
+
+/// (cluster, node) of a certificate.
+type CertKey = (Option<String>, String);
+
+/// One counted connection; uncounted when dropped.
+struct CertSlot {
+    map: CertConnections,
+    key: CertKey,
+}
+
+impl CertConnections {
+    /// Counts a connection of `cert`, `None` when it already has `max`.
+    fn enter(&self, cert: &crate::certs::CertIdentity, max: usize) -> Option<CertSlot> {
+        let key = (cert.cluster.clone(), cert.node.clone());
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(key.clone()).or_default();
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(CertSlot { map: self.clone(), key })
+    }
+}
+
+impl Drop for CertSlot {
+    fn drop(&mut self) {
+        let mut map = self.map.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Per agent run (cluster, node, agent id, boot id): the lock its sessions hold until all their
 /// batches are settled, and a generation counter a new session bumps to stop the earlier one.
 #[derive(Debug, Clone, Default)]
@@ -426,6 +513,7 @@ struct SessionCtx {
     shutdown: watch::Receiver<bool>,
     bytes_in_flight: ByteBudget,
     agent_locks: AgentLocks,
+    per_certificate: CertConnections,
 }
 
 impl SessionCtx {
@@ -444,6 +532,16 @@ impl SessionCtx {
                 return;
             }
         };
+        let max = self.cfg.max_connections_per_certificate;
+        let Some(_slot) = self.per_certificate.enter(&cert, max) else {
+            let e = SessionError::TooManyConnections(format!(
+                "the certificate of {} already has {max} connections (collector.max_connections_per_certificate)",
+                cert.node
+            ));
+            self.refused(remote, &e);
+            conn.close((ErrorCode::Unavailable as u32).into(), b"too many connections for this certificate");
+            return;
+        };
         self.metrics.connected_agents.inc();
         let result = self.session(&conn, cert).await;
         self.metrics.connected_agents.dec();
@@ -460,8 +558,11 @@ impl SessionCtx {
         match e {
             // A peer that simply went away is not a reject.
             SessionError::Connection(
-                quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::TimedOut,
-            ) => debug!(%remote, error = %e, "session ended"),
+                quinn::ConnectionError::ApplicationClosed(_)
+                | quinn::ConnectionError::ConnectionClosed(_)
+                | quinn::ConnectionError::TimedOut,
+            )
+            | SessionError::StreamReset => debug!(%remote, error = %e, "session ended"),
             // The agent reconnected (its old connection may not even know it yet).
             SessionError::Superseded => info!(%remote, "session superseded by the agent's new one"),
             _ => {
@@ -476,17 +577,29 @@ impl SessionCtx {
         conn: &quinn::Connection,
         cert: crate::certs::CertIdentity,
     ) -> Result<(), SessionError> {
-        let (mut send, mut recv) = tokio::time::timeout(self.cfg.handshake_timeout, conn.accept_bi())
+        let (mut send, recv) = tokio::time::timeout(self.cfg.handshake_timeout, conn.accept_bi())
             .await
             .map_err(|_| SessionError::HelloTimeout)??;
-        let mut buf = Vec::new();
         let mut out = Vec::new();
-        let first = tokio::time::timeout(self.cfg.handshake_timeout, read_frame(&mut recv, &mut buf))
+        // The Hello is read like every frame: its header checked first (a Hello has the small
+        // control-frame limit), its bytes charged against the budgets before they are read, its
+        // buffer grown only as they arrive.
+        let mut reader = FrameReader {
+            recv,
+            connection: ByteBudget::new(self.cfg.max_connection_bytes_in_flight),
+            global: self.bytes_in_flight.clone(),
+            metrics: self.metrics.clone(),
+            buf: Vec::new(),
+        };
+        let first = tokio::time::timeout(self.cfg.handshake_timeout, reader.next(FrameKind::Hello))
             .await
             .map_err(|_| SessionError::HelloTimeout)?;
         let hello = match first {
-            Ok(Some(Frame::Hello(h))) => h,
-            Ok(Some(other)) => {
+            Ok(Some((Frame::Hello(h), len, _permit))) => {
+                self.count_frame("hello", len);
+                h
+            }
+            Ok(Some((other, _, _))) => {
                 return self
                     .fail(
                         &mut send,
@@ -495,9 +608,8 @@ impl SessionCtx {
                     .await;
             }
             Ok(None) => return Ok(()),
-            Err(e) => return self.fail(&mut send, SessionError::BadFrame(e)).await,
+            Err(e) => return self.fail(&mut send, SessionError::read(e)).await,
         };
-        self.count_frame("hello", buf.len());
         if let Err(message) = crate::auth::check_cluster(&self.cfg.allowed_clusters, &cert) {
             return self.fail(&mut send, SessionError::ClusterNotAllowed(message)).await;
         }
@@ -524,7 +636,7 @@ impl SessionCtx {
         self.metrics.sessions.inc();
         info!(cluster = %identity.cluster, node = %identity.node, agent_id = %identity.agent_id, boot_id = identity.boot_id, last_acked_seq = last, "agent connected");
 
-        let result = self.stream(&mut send, recv, &identity, last, &guard, &mut superseded).await;
+        let result = self.stream(&mut send, reader, &identity, last, &guard, &mut superseded).await;
         match result {
             Err(e) => self.fail(&mut send, e).await,
             Ok(()) => {
@@ -538,7 +650,7 @@ impl SessionCtx {
     async fn stream(
         &mut self,
         send: &mut quinn::SendStream,
-        recv: quinn::RecvStream,
+        mut reader: FrameReader,
         identity: &AgentIdentity,
         mut last_stored: u64,
         guard: &AgentGuard,
@@ -549,16 +661,9 @@ impl SessionCtx {
         // budgets, so a full budget stops reading and QUIC flow control pushes back on the agent.
         let (frame_tx, mut frames) =
             tokio::sync::mpsc::channel::<Result<Option<ReadFrame>, TransportError>>(4);
-        let mut reader = FrameReader {
-            recv,
-            connection: ByteBudget::new(self.cfg.max_connection_bytes_in_flight),
-            global: self.bytes_in_flight.clone(),
-            metrics: self.metrics.clone(),
-            buf: Vec::new(),
-        };
         let reader = tokio::spawn(async move {
             loop {
-                let item = reader.next().await;
+                let item = reader.next(FrameKind::Batch).await;
                 let end = !matches!(item, Ok(Some(_)));
                 if frame_tx.send(item).await.is_err() || end {
                     break;
@@ -582,7 +687,7 @@ impl SessionCtx {
                         Some(Ok(Some((Frame::Batch(b), len, permit)))) => { self.count_frame("batch", len); (b, permit) }
                         Some(Ok(Some((other, _, _)))) => break Err(SessionError::Protocol(format!("unexpected {} frame", other.kind().as_str()))),
                         Some(Ok(None)) | None => { reading = false; continue; }
-                        Some(Err(e)) => break Err(SessionError::BadFrame(e)),
+                        Some(Err(e)) => break Err(SessionError::read(e)),
                     };
                     if batch.seq <= last_received {
                         if batch.seq <= last_stored {

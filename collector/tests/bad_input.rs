@@ -115,6 +115,40 @@ async fn bad_clients_are_refused_and_counted_while_good_agents_stream() {
     assert!(matches!(answer, Some(Frame::Error(_))), "{answer:?}");
     assert!(wait_until(Duration::from_secs(5), || rejects(&collector, "invalid_payload") >= 1).await);
 
+    // 5. A Hello claimed as a batch (the first frame must be a Hello): refused on its header.
+    let conn = rogue.connect(addr, "localhost").unwrap().await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&Frame::Batch(oomlens_schema::Batch { seq: 1, ..Default::default() }).encode().unwrap())
+        .await
+        .unwrap();
+    let answer = read_frame(&mut recv, &mut Vec::new()).await;
+    assert!(
+        matches!(&answer, Ok(Some(Frame::Error(e))) if e.message.contains("expected a hello frame")),
+        "{answer:?}"
+    );
+    assert!(wait_until(Duration::from_secs(5), || rejects(&collector, "protocol") >= 1).await);
+
+    // 6. A client that closes cleanly between frames (after its Welcome) is not a reject.
+    let before: u64 =
+        ["truncated_stream", "stream_io", "connection"].iter().map(|r| rejects(&collector, r)).sum();
+    for _ in 0..3 {
+        let conn = rogue.connect(addr, "localhost").unwrap().await.unwrap();
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        let hello = Frame::Hello(Hello {
+            agent_id: "quiet".into(),
+            node: "rogue-node".into(),
+            boot_id: 9,
+            ..Hello::default()
+        });
+        send.write_all(&hello.encode().unwrap()).await.unwrap();
+        assert!(matches!(read_frame(&mut recv, &mut Vec::new()).await, Ok(Some(Frame::Welcome(_)))));
+        conn.close(0u32.into(), b"done");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after: u64 =
+        ["truncated_stream", "stream_io", "connection"].iter().map(|r| rejects(&collector, r)).sum();
+    assert_eq!(after, before, "clean closes counted as rejects");
+
     // The good agent was not disturbed.
     let t = tokio::time::timeout(Duration::from_secs(60), good).await.unwrap().unwrap();
     assert_eq!(t.pending_batches, 0);

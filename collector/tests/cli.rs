@@ -94,7 +94,12 @@ fn layers_file_environment_and_flags_and_hides_the_password() {
     assert_eq!(cfg["clickhouse"]["url"].as_str(), Some("http://flag-env:8123"), "flags win");
     assert_eq!(cfg["clickhouse"]["password"].as_str(), Some("<redacted>"));
     assert!(!out.contains("s3cret"));
-    let derived = ((1u64 << 30) - (96 << 20)) / 6;
+    // Half of what the base leaves goes to connections (384 KiB each), the rest to frames in
+    // flight at 6 heap bytes per wire byte.
+    let available = (1u64 << 30) - (96 << 20);
+    let connections = available / 2 / (384 << 10);
+    assert_eq!(cfg["collector"]["max_connections"].as_integer(), Some(connections as i64));
+    let derived = (available - connections * (384 << 10)) / 6;
     assert_eq!(cfg["collector"]["max_bytes_in_flight"].as_integer(), Some(derived as i64));
     let out = ok(bin("oomlens-collector")
         .args(["serve", "--print-config", "--listen", "127.0.0.1:5000", "--allowed-cluster", "a,b"])

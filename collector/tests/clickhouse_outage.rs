@@ -38,7 +38,9 @@ async fn clickhouse_killed_for_60_s_loses_and_duplicates_nothing_within_the_memo
     let mut cfg = collector_config(&pki, &ch.url(), addr);
     cfg.telemetry.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     cfg.collector.max_memory_bytes = MEMORY_CAP;
-    cfg.collector.max_bytes_in_flight = 0; // derived from the memory budget
+    // Both derived from the memory budget.
+    cfg.collector.max_bytes_in_flight = 0;
+    cfg.collector.max_connections = 0;
     cfg.collector.max_connection_bytes_in_flight = CONNECTION_CAP;
     cfg.clickhouse.request_timeout_ms = 2_000;
     let cfg = cfg.finish().unwrap();

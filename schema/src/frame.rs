@@ -16,7 +16,7 @@
 use rkyv::rancor::BoxedError;
 use rkyv::util::AlignedVec;
 
-use crate::limits::{LimitError, MAX_FRAME_PAYLOAD, WithinLimits};
+use crate::limits::{LimitError, MAX_CONTROL_PAYLOAD, MAX_FRAME_PAYLOAD, WithinLimits};
 use crate::wire::v1;
 
 /// Frame magic.
@@ -45,6 +45,15 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// Largest payload a frame of this kind may have: [`MAX_FRAME_PAYLOAD`] for batches,
+    /// [`MAX_CONTROL_PAYLOAD`] for the rest.
+    pub const fn max_payload(self) -> u32 {
+        match self {
+            FrameKind::Batch => MAX_FRAME_PAYLOAD,
+            FrameKind::Hello | FrameKind::Welcome | FrameKind::Ack | FrameKind::Error => MAX_CONTROL_PAYLOAD,
+        }
+    }
+
     /// Parses the header's kind field.
     pub fn from_u16(v: u16) -> Option<Self> {
         Some(match v {
@@ -170,8 +179,9 @@ impl FrameHeader {
         let kind_raw = u16::from_le_bytes([h[6], h[7]]);
         let kind = FrameKind::from_u16(kind_raw).ok_or(FrameError::UnknownKind(kind_raw))?;
         let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-        if len > MAX_FRAME_PAYLOAD {
-            return Err(FrameError::TooLarge { len: u64::from(len), limit: MAX_FRAME_PAYLOAD });
+        let limit = kind.max_payload();
+        if len > limit {
+            return Err(FrameError::TooLarge { len: u64::from(len), limit });
         }
         let reserved = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
         if reserved != 0 {
@@ -227,10 +237,11 @@ impl Frame {
             Frame::Ack(v) => archive(v)?,
             Frame::Error(v) => archive(v)?,
         };
+        let limit = self.kind().max_payload();
         let len = u32::try_from(payload.len())
             .ok()
-            .filter(|len| *len <= MAX_FRAME_PAYLOAD)
-            .ok_or(FrameError::TooLarge { len: payload.len() as u64, limit: MAX_FRAME_PAYLOAD })?;
+            .filter(|len| *len <= limit)
+            .ok_or(FrameError::TooLarge { len: payload.len() as u64, limit })?;
         let header = FrameHeader { version: PROTOCOL_VERSION, kind: self.kind(), len };
         out.clear();
         out.reserve(HEADER_LEN + payload.len());
@@ -332,6 +343,15 @@ mod tests {
         let mut bad = h.to_bytes();
         bad[15] = 1;
         assert!(matches!(FrameHeader::parse(&bad), Err(FrameError::ReservedNotZero(_))));
+
+        // Control frames have their own, small limit.
+        let hello = FrameHeader { version: 1, kind: FrameKind::Hello, len: MAX_CONTROL_PAYLOAD };
+        assert_eq!(FrameHeader::parse(&hello.to_bytes()).unwrap(), hello);
+        let big = FrameHeader { len: MAX_CONTROL_PAYLOAD + 1, ..hello };
+        assert!(matches!(
+            FrameHeader::parse(&big.to_bytes()),
+            Err(FrameError::TooLarge { limit: MAX_CONTROL_PAYLOAD, .. })
+        ));
 
         assert!(matches!(FrameHeader::parse(&[0u8; 3]), Err(FrameError::Truncated { .. })));
     }

@@ -9,6 +9,10 @@ use crate::wire::v1::{Batch, ErrorReply, GpuInfo, Hello, JobShape, Label, OomEve
 
 /// Largest payload of one frame, bytes.
 pub const MAX_FRAME_PAYLOAD: u32 = 8 * 1024 * 1024;
+/// Largest payload of a control frame (`Hello`, `Welcome`, `Ack`, `ErrorReply`), bytes: a Hello
+/// announcing 512 GPUs with typical names and UUIDs is about 150 KiB; a peer cannot make the other
+/// side reserve a batch-sized buffer before it has even said who it is.
+pub const MAX_CONTROL_PAYLOAD: u32 = 256 * 1024;
 /// Longest identifier-like string (names, ids, labels), bytes.
 pub const MAX_STRING: usize = 1024;
 /// Longest raw OOM message, bytes.

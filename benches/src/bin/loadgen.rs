@@ -348,6 +348,14 @@ impl CollectorProcess {
             extra.push_str(line);
             extra.push('\n');
         }
+        // Memory for every agent's connection plus 512 MiB for frames in flight (85 MB of wire
+        // bytes at 6 heap bytes each): the collector refuses limits that do not fit its budget.
+        // Unless the extra lines set it.
+        if !extra.contains("max_memory_bytes") {
+            let connections = (args.agents as u64 + 16) * oomlens_collector::config::CONNECTION_BYTES;
+            let memory = oomlens_collector::config::BASE_MEMORY_BYTES + connections + (512 << 20);
+            extra.push_str(&format!("max_memory_bytes = {memory}\n"));
+        }
         let mut concurrency =
             args.insert_concurrency.map(|n| format!("insert_concurrency = {n}\n")).unwrap_or_default();
         if let Some(lanes) = args.insert_lanes {
