@@ -454,11 +454,23 @@ mod tests {
 
     #[test]
     fn byte_caps_are_derived_from_the_memory_budget() {
+        // Half of what the base leaves for connections, the rest for frames in flight.
         let cfg = toml::from_str::<CollectorConfig>("").unwrap().finish().unwrap();
+        let available = (2u64 << 30) - BASE_MEMORY_BYTES;
+        let connections = available / 2 / CONNECTION_BYTES;
+        assert_eq!(cfg.collector.max_connections as u64, connections);
         assert_eq!(
             cfg.collector.max_bytes_in_flight,
-            ((2u64 << 30) - BASE_MEMORY_BYTES) / IN_FLIGHT_EXPANSION
+            (available - connections * CONNECTION_BYTES) / IN_FLIGHT_EXPANSION
         );
+        // Explicit limits that do not fit the budget are refused, naming the numbers.
+        let over: CollectorConfig = toml::from_str("[collector]\nmax_connections = 10000\n").unwrap();
+        let err = over.finish().unwrap_err().to_string();
+        assert!(err.contains("raise max_memory_bytes or lower max_connections"), "{err}");
+        let over: CollectorConfig =
+            toml::from_str("[collector]\nmax_connections = 100\nmax_bytes_in_flight = 1073741824\n").unwrap();
+        let err = over.finish().unwrap_err().to_string();
+        assert!(err.contains("is below what the other limits may use"), "{err}");
         let cfg: CollectorConfig =
             toml::from_str("[collector]\nmax_memory_bytes = 1000000000\nmax_bytes_in_flight = 1048576\n")
                 .unwrap();
