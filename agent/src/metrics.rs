@@ -68,6 +68,8 @@ pub struct AgentMetrics {
     pub log_lines_cut: Counter,
     /// Log files followed now.
     pub log_files_followed: Gauge,
+    /// Log paths refused: resolving outside the followed roots (a symlink out) or not a regular file.
+    pub log_files_refused: Counter,
     /// 1 when the kernel log could not be read.
     pub kmsg_unreadable: Gauge,
     /// Kernel log records lost to ring-buffer overruns (`EPIPE`, sequence gaps).
@@ -127,6 +129,7 @@ impl AgentMetrics {
             log_lines_read: Counter::default(),
             log_lines_cut: Counter::default(),
             log_files_followed: Gauge::default(),
+            log_files_refused: Counter::default(),
             kmsg_unreadable: Gauge::default(),
             kmsg_overruns: Counter::default(),
             merged_events: Family::default(),
@@ -193,6 +196,11 @@ impl AgentMetrics {
         r.register("log_lines_read", "Log lines read by the follower", m.log_lines_read.clone());
         r.register("log_lines_cut", "Log lines cut at [logs] max_line_bytes", m.log_lines_cut.clone());
         r.register("log_files_followed", "Log files followed now", m.log_files_followed.clone());
+        r.register(
+            "log_files_refused",
+            "Log paths refused: resolving outside the followed roots (a symlink out) or not a regular file",
+            m.log_files_refused.clone(),
+        );
         r.register("kmsg_unreadable", "1 when the kernel log cannot be read", m.kmsg_unreadable.clone());
         r.register("kmsg_overruns", "Kernel log ring-buffer overruns", m.kmsg_overruns.clone());
         r.register("merged_events", "Events merged or deduplicated, by rule", m.merged_events.clone());

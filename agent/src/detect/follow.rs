@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+use crate::detect::confine::{ConfineError, Roots};
 use crate::detect::offsets::{FINGERPRINT_BYTES, FileOffset, Fingerprint, OffsetState};
 use crate::detect::parse::lines::line_time_ms;
 use crate::detect::parse::{LineDecoder, LineFormat, LogParser, MAX_EVENT_SPAN, ParsedOom};
@@ -217,6 +218,9 @@ pub struct LogsConfig {
     pub max_line_bytes: usize,
     /// A file quiet this long gets its pending multi-line message flushed, ms.
     pub idle_flush_ms: u64,
+    /// Directories besides the patterns' own (their literal prefixes) that followed files may
+    /// resolve into through symlinks (see `confine.rs`), e.g. `/var/lib/docker/containers`.
+    pub allowed_roots: Vec<PathBuf>,
 }
 
 impl Default for LogsConfig {
@@ -231,6 +235,7 @@ impl Default for LogsConfig {
             max_files: 1024,
             max_line_bytes: 64 * 1024,
             idle_flush_ms: 2000,
+            allowed_roots: Vec::new(),
         }
     }
 }
@@ -244,6 +249,9 @@ impl LogsConfig {
         }
         if self.max_files == 0 || self.max_line_bytes < 256 {
             return Err("logs.max_files must be > 0 and logs.max_line_bytes at least 256".into());
+        }
+        if let Some(r) = self.allowed_roots.iter().find(|r| !r.is_absolute()) {
+            return Err(format!("logs.allowed_roots must be absolute directories, got {:?}", r.display()));
         }
         Ok(())
     }
@@ -259,6 +267,7 @@ impl LogsConfig {
             max_files: self.max_files,
             max_line_bytes: self.max_line_bytes,
             idle_flush: Duration::from_millis(self.idle_flush_ms),
+            allowed_roots: self.allowed_roots.clone(),
         }
     }
 }
@@ -286,6 +295,8 @@ pub struct FollowOptions {
     pub max_line_bytes: usize,
     /// A file quiet this long gets its pending message flushed.
     pub idle_flush: Duration,
+    /// Directories besides the patterns' literal prefixes that files may resolve into.
+    pub allowed_roots: Vec<PathBuf>,
 }
 
 impl Default for FollowOptions {
@@ -299,6 +310,7 @@ impl Default for FollowOptions {
             max_files: 1024,
             max_line_bytes: 64 * 1024,
             idle_flush: Duration::from_secs(2),
+            allowed_roots: Vec::new(),
         }
     }
 }
@@ -342,6 +354,9 @@ pub struct FollowStats {
     pub files_skipped: u64,
     /// Failures to read or save the state file, or to read a file.
     pub errors: u64,
+    /// Paths refused because they resolve outside the roots or are not regular files (each
+    /// counted once).
+    pub refused: u64,
 }
 
 struct Tracked {
@@ -390,6 +405,9 @@ pub struct Follower {
     warned_cap: bool,
     warned_save: bool,
     stats: FollowStats,
+    roots: Roots,
+    /// Paths refused already (warned and counted once; bounded).
+    refused: HashSet<PathBuf>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -411,6 +429,7 @@ impl Follower {
         resolver: Option<PidLabeler>,
     ) -> Result<Self, FollowError> {
         validate_patterns(&opts.patterns)?;
+        let roots = Roots::new(&opts.patterns, &opts.allowed_roots);
         let mut f = Follower {
             opts,
             factory,
@@ -426,6 +445,8 @@ impl Follower {
             warned_cap: false,
             warned_save: false,
             stats: FollowStats::default(),
+            roots,
+            refused: HashSet::new(),
         };
         if let Some(path) = f.opts.state_file.clone() {
             match OffsetState::load(&path) {
@@ -609,6 +630,15 @@ impl Follower {
                     self.files.push(t);
                     self.dirty = true;
                 }
+                Err(e @ (ConfineError::Outside { .. } | ConfineError::NotRegular(_))) => {
+                    if self.refused.len() >= self.opts.max_files.saturating_mul(4).max(64) {
+                        self.refused.clear();
+                    }
+                    if self.refused.insert(path.clone()) {
+                        self.stats.refused += 1;
+                        warn!(error = %e, "log file refused");
+                    }
+                }
                 Err(e) => {
                     self.stats.errors += 1;
                     warn!(path = %path.display(), error = %e, "cannot follow a log file");
@@ -626,9 +656,9 @@ impl Follower {
         self.initial_done = true;
     }
 
-    fn open(&mut self, path: &Path, created: Option<std::time::SystemTime>) -> std::io::Result<Tracked> {
-        let file = File::open(path)?;
-        let m = file.metadata()?;
+    fn open(&mut self, path: &Path, created: Option<std::time::SystemTime>) -> Result<Tracked, ConfineError> {
+        let file = self.roots.open(path)?;
+        let m = file.metadata().map_err(|source| ConfineError::Io { path: path.to_owned(), source })?;
         let key = (m.dev(), m.ino());
         let size = m.len();
         let fp_now = head_fingerprint(&file, size);
@@ -873,6 +903,7 @@ pub fn spawn_follower(
             metrics.log_lines_read.inc_by(s.lines_read.saturating_sub(seen.lines_read));
             metrics.log_lines_cut.inc_by(s.lines_cut.saturating_sub(seen.lines_cut));
             metrics.log_files_followed.set(s.files_followed as i64);
+            metrics.log_files_refused.inc_by(s.refused.saturating_sub(seen.refused));
             seen = s;
             let sent = crate::detect::kmsg::send_all(&tx, events).await;
             if last || !sent {
@@ -964,6 +995,42 @@ mod tests {
 
     fn pids(events: &[OomEvent]) -> Vec<Option<u32>> {
         events.iter().map(|e| e.pid).collect()
+    }
+
+    #[test]
+    fn symlinks_out_of_the_followed_directory_are_refused_and_counted_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("logs");
+        std::fs::create_dir(&dir).unwrap();
+        // A file the job cannot read but the agent could, holding an OOM line, and a job-written
+        // symlink to it inside the followed directory.
+        let secret = tmp.path().join("shadow");
+        std::fs::write(&secret, "OOM pid=666\n").unwrap();
+        std::os::unix::fs::symlink(&secret, dir.join("evil.log")).unwrap();
+        // A symlink that stays inside is followed like the file itself would be.
+        std::fs::create_dir(dir.join("real")).unwrap();
+        std::fs::write(dir.join("real/job.out"), "").unwrap();
+        std::os::unix::fs::symlink(dir.join("real/job.out"), dir.join("job.log")).unwrap();
+        let opts = FollowOptions {
+            patterns: vec![format!("{}/*.log", dir.display())],
+            rescan_interval: Duration::ZERO,
+            from_start: true,
+            ..FollowOptions::default()
+        };
+        let mut f =
+            Follower::new(opts.clone(), Box::new(|_| Box::new(Probe { pending: None })), None).unwrap();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert!(f.poll(t0).is_empty(), "nothing read through the symlink out");
+        }
+        assert_eq!(f.followed(), [dir.join("job.log")]);
+        assert_eq!(f.stats().refused, 1, "refused once, not at every rescan");
+        append(&dir.join("real/job.out"), "OOM pid=7\n");
+        assert_eq!(pids(&f.poll(t0)), [Some(7)]);
+        // With the target's directory allowed, the same link is followed.
+        let opts = FollowOptions { allowed_roots: vec![tmp.path().to_owned()], ..opts };
+        let mut f = Follower::new(opts, Box::new(|_| Box::new(Probe { pending: None })), None).unwrap();
+        assert!(pids(&f.poll(t0)).contains(&Some(666)));
     }
 
     #[test]

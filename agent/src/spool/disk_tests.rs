@@ -278,7 +278,7 @@ fn every_fsync_policy_round_trips() {
     }
 }
 
-/// A tmpfs of `bytes` mounted on a fresh directory (unmounted on drop), or `None` with a message
+/// A tmpfs of `bytes` mounted on a fresh directory (detached on drop), or `None` with a message
 /// where this process may not mount (not root, no CAP_SYS_ADMIN).
 struct TinyFs {
     dir: tempfile::TempDir,
@@ -287,21 +287,17 @@ struct TinyFs {
 impl TinyFs {
     fn mount(bytes: u64) -> Option<TinyFs> {
         let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(TinyFs { dir }),
-            Ok(o) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs here: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
+        let data = std::ffi::CString::new(format!("size={bytes}")).unwrap();
+        match rustix::mount::mount(
+            "tmpfs",
+            dir.path(),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            data.as_c_str(),
+        ) {
+            Ok(()) => Some(TinyFs { dir }),
             Err(e) => {
-                eprintln!("skipped: cannot run mount: {e}");
+                eprintln!("skipped: cannot mount a tmpfs here: {e}");
                 None
             }
         }
@@ -314,7 +310,7 @@ impl TinyFs {
 
 impl Drop for TinyFs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = rustix::mount::unmount(self.dir.path(), rustix::mount::UnmountFlags::DETACH);
     }
 }
 
