@@ -366,18 +366,26 @@ async fn log_and_hook_reports_reach_clickhouse() {
     std::io::Write::write_all(&mut f, message.as_bytes()).unwrap();
     drop(f);
 
+    // A retry loop failing five times: five identical reports, each accepted with its own id.
     let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
     let (read, mut write) = stream.into_split();
+    let mut read = tokio::io::BufReader::new(read);
     let report = serde_json::json!({
         "v": 1, "type": "oom", "gpu_index": 1, "requested_bytes": 1u64 << 30, "phase": "forward",
         "framework": "pytorch", "message": "torch.OutOfMemoryError: CUDA out of memory (hook)",
         "memory_stats": {"allocated_bytes.all.current": 30u64 << 30, "reserved_bytes.all.current": 31u64 << 30},
         "job": {"batch": 64, "seq_len": 2048},
     });
-    write.write_all(format!("{report}\n").as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    tokio::io::BufReader::new(read).read_line(&mut reply).await.unwrap();
-    assert!(reply.contains("\"ok\":true"), "{reply}");
+    let mut hook_ids = Vec::new();
+    for _ in 0..5 {
+        write.write_all(format!("{report}\n").as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        read.read_line(&mut reply).await.unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["ok"], true, "{reply}");
+        hook_ids.push(reply["event_id"].as_str().unwrap().parse::<u64>().unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     #[derive(Debug, clickhouse::Row, serde::Deserialize)]
     struct Row {
@@ -400,7 +408,7 @@ async fn log_and_hook_reports_reach_clickhouse() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while tokio::time::Instant::now() < deadline {
         rows = db.query(query).bind(node).fetch_all::<Row>().await.unwrap();
-        if rows.len() >= 2 {
+        if rows.len() >= 6 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -409,8 +417,18 @@ async fn log_and_hook_reports_reach_clickhouse() {
     tokio::time::timeout(Duration::from_secs(60), agent).await.unwrap().unwrap().unwrap();
     collector.shutdown().await;
 
-    assert_eq!(rows.len(), 2, "one row per report: {rows:?}");
-    let (hook, log) = (&rows[0], &rows[1]);
+    assert_eq!(rows.len(), 6, "one row per report, every repeat included: {rows:?}");
+    // Every id the hook returned is findable.
+    let mut stored: Vec<u64> = db
+        .query("SELECT event_id FROM oomlens.oom_events WHERE node = ? AND source = 'hook'")
+        .bind(node)
+        .fetch_all::<u64>()
+        .await
+        .unwrap();
+    stored.sort_unstable();
+    hook_ids.sort_unstable();
+    assert_eq!(stored, hook_ids, "the hook's event ids are the stored ones");
+    let (hook, log) = (&rows[0], &rows[5]);
     assert_eq!((hook.source.as_str(), log.source.as_str()), ("hook", "log"));
     const GIB: f64 = (1u64 << 30) as f64;
     assert_eq!(log.framework, "pytorch");

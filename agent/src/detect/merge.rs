@@ -12,8 +12,12 @@
 //!   agree within 1 %): hook fields win (phase, job shape, allocator numbers), then the
 //!   simulator's, then the log's; the log's `raw_message` wins; missing fields are filled from
 //!   the other; label `merged.from=<other source>`.
-//! * **duplicate** — same kind, same source, same message and requested size (the same log line
-//!   seen twice, a suspected OOM reported twice): the second is dropped.
+//! * **duplicate** — the same report delivered twice: an event id already held (a log line read
+//!   again after a restart, a journaled event replayed), or a suspected OOM of a pid reported
+//!   twice. The second is dropped. A repeat of the same failure — a retry loop printing the same
+//!   message, identical hook reports a second apart — is **not** a duplicate: each report has its
+//!   own event id (the hook returns it to its client) and becomes its own event, so "failed five
+//!   times" stays five events.
 //!
 //! * **suspected + pid-less report** — most framework messages (PyTorch's among them) print no
 //!   pid. A log or hook `cuda_oom` without a pid but with a GPU index pairs with a held
@@ -78,7 +82,12 @@ struct Held {
     event: OomEvent,
     deadline: i64,
     keys: Vec<u64>,
+    /// Event ids of the reports folded into it (its own first), at most [`MAX_FOLDED_IDS`].
+    ids: Vec<u64>,
 }
+
+/// Event ids remembered per held event (one failure is reported by a handful of sources).
+const MAX_FOLDED_IDS: usize = 16;
 
 /// An event leaving the merger, with the journal keys of every event folded into it (its own,
 /// those merged into it and the duplicates dropped in its favour).
@@ -168,10 +177,13 @@ impl EventMerger {
             out.push(Released { event, keys });
             return;
         }
-        let by_pid = self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(&h.event, &event)?)));
+        let by_pid = self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(h, &event)?)));
         if let Some((i, rule)) = by_pid.or_else(|| self.pair_by_gpu(&event).map(|i| (i, Rule::Suspected))) {
             let held = &mut self.held[i];
             held.keys.extend(keys);
+            if held.ids.len() < MAX_FOLDED_IDS && !held.ids.contains(&event.event_id) {
+                held.ids.push(event.event_id);
+            }
             match rule {
                 Rule::Duplicate => self.stats.duplicates += 1,
                 Rule::Suspected => {
@@ -191,7 +203,8 @@ impl EventMerger {
             self.stats.evicted += 1;
             out.push(Released { event: old.event, keys: old.keys });
         }
-        self.held.push_back(Held { event, deadline, keys });
+        let ids = vec![event.event_id];
+        self.held.push_back(Held { event, deadline, keys, ids });
     }
 
     /// The held event a pid-less report and a suspected OOM of the same GPU pair with (see the
@@ -251,8 +264,9 @@ impl EventMerger {
     }
 }
 
-/// How `new` relates to the held event `held`, if they describe the same failure.
-fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
+/// How `new` relates to the held event `h`, if they describe the same failure.
+fn rule(h: &Held, new: &OomEvent) -> Option<Rule> {
+    let held = &h.event;
     if held.pid.is_none() || held.pid != new.pid {
         return None;
     }
@@ -273,9 +287,9 @@ fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
             }
         }
         (false, false) if held.kind != new.kind => None,
-        (false, false) if held.source == new.source => (held.raw_message == new.raw_message
-            && held.requested_bytes == new.requested_bytes)
-            .then_some(Rule::Duplicate),
+        // The same report again; another report of the same source is another failure.
+        (false, false) if h.ids.contains(&new.event_id) => Some(Rule::Duplicate),
+        (false, false) if held.source == new.source => None,
         (false, false) => {
             let close = match (held.requested_bytes, new.requested_bytes) {
                 (Some(a), Some(b)) => a.abs_diff(b) <= a.max(b) / 100 + 1024,
@@ -284,8 +298,8 @@ fn rule(held: &OomEvent, new: &OomEvent) -> Option<Rule> {
             if !close {
                 None
             } else if has_merged(held, new.source.as_str()) {
-                // That source was merged already: the same report again, or a new failure.
-                (held.raw_message == new.raw_message).then_some(Rule::Duplicate)
+                // That source's report of this failure is merged already: a new failure.
+                None
             } else {
                 Some(Rule::CrossSource)
             }
@@ -897,6 +911,7 @@ mod tests {
         m.push(suspected(7, 0), 2);
         m.push(suspected(7, 0), 3); // reported twice
         let retry = OomEvent {
+            event_id: 20,
             requested_bytes: Some(GIB),
             raw_message: "… Tried to allocate 1.00 GiB".into(),
             ..log(7, Some(0))
@@ -906,6 +921,32 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(m.stats().duplicates, 2);
         assert_eq!(m.stats().suspected, 1);
+    }
+
+    #[test]
+    fn a_retry_loop_failing_five_times_is_five_events() {
+        // Identical hook reports a second apart, each with the id the hook returned to its client.
+        let mut m = EventMerger::new(10_000);
+        let mut out = Vec::new();
+        for k in 0..5u64 {
+            out.extend(
+                m.push(OomEvent { event_id: 100 + k, ts_ms: 1000 * k as i64, ..hook(7) }, 1000 * k as i64),
+            );
+        }
+        // The same log line printed by each attempt, and one of them re-read (same id).
+        for k in 0..5u64 {
+            out.extend(m.push(OomEvent { event_id: 200 + k, ..log(7, Some(0)) }, 5000));
+        }
+        out.extend(m.push(OomEvent { event_id: 200, ..log(7, Some(0)) }, 5000));
+        out.extend(m.drain());
+        let hooks: Vec<u64> =
+            out.iter().filter(|e| e.source == EventSource::Hook).map(|e| e.event_id).collect();
+        assert_eq!(hooks, [100, 101, 102, 103, 104], "every id the hook returned is sent");
+        let logs = out.iter().filter(|e| e.source == EventSource::Log).count();
+        let merged = out.iter().filter(|e| has_merged(e, "log")).count();
+        assert_eq!(logs + merged, 5, "five log lines: merged into a hook report or sent");
+        assert_eq!(out.len(), 5 + logs);
+        assert_eq!(m.stats().duplicates, 1, "only the re-read line is a duplicate");
     }
 
     #[test]
