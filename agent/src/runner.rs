@@ -181,6 +181,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
     info!(source = source.name(), gpus = hello.gpus.len(), node = %hello.node, boot_id = hello.boot_id, "agent starting");
 
     let u = &cfg.uplink;
+    crate::uplink::check_collectors(&u.collectors).await?;
     let (uplink, handle) = Uplink::new(
         UplinkConfig {
             collectors: u.collectors.clone(),

@@ -62,6 +62,12 @@ pub enum UplinkError {
     /// No collector endpoint configured.
     #[error("no collector endpoint configured (set uplink.collectors or --collector)")]
     NoCollectors,
+    /// A collector endpoint is not `host:port`.
+    #[error("collector endpoint {0:?} is not host:port (e.g. collector.example:4433)")]
+    BadEndpoint(String),
+    /// No collector endpoint resolves.
+    #[error("no collector endpoint resolves: {0} (check uplink.collectors / --collector and the node's DNS)")]
+    Unresolvable(String),
     /// TLS material is unusable.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -314,6 +320,36 @@ impl std::fmt::Debug for Uplink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Uplink").field("collectors", &self.cfg.collectors).finish_non_exhaustive()
     }
+}
+
+/// Checks the collector endpoints at start-up: each must be `host:port`, and at least one must
+/// resolve (the others are warned about and retried in turn, as DNS may come back). An agent
+/// whose every collector name is wrong would otherwise retry "cannot resolve" forever.
+pub async fn check_collectors(collectors: &[String]) -> Result<(), UplinkError> {
+    if collectors.is_empty() {
+        return Err(UplinkError::NoCollectors);
+    }
+    let mut failures = Vec::new();
+    for c in collectors {
+        let port_ok = c
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+        if !port_ok {
+            return Err(UplinkError::BadEndpoint(c.clone()));
+        }
+        match tokio::net::lookup_host(c.as_str()).await.map(|mut a| a.next()) {
+            Ok(Some(_)) => {}
+            Ok(None) => failures.push(format!("{c}: no address")),
+            Err(e) => failures.push(format!("{c}: {e}")),
+        }
+    }
+    if failures.len() == collectors.len() {
+        return Err(UplinkError::Unresolvable(failures.join("; ")));
+    }
+    for f in failures {
+        warn!(collector = %f, "a collector endpoint does not resolve now; it stays in the rotation");
+    }
+    Ok(())
 }
 
 impl Uplink {
@@ -606,6 +642,30 @@ pub fn first_collector(agent_id: &str, endpoints: usize) -> usize {
     h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;
     (h % endpoints as u64) as usize
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn collector_endpoints_are_checked_at_start_up() {
+        let list = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(check_collectors(&list(&["127.0.0.1:4433"])).await.is_ok());
+        assert!(check_collectors(&list(&["localhost:4433"])).await.is_ok());
+        for bad in ["collector.example", "collector:", ":4433", "collector:0", "collector:99999"] {
+            let e = check_collectors(&list(&[bad])).await.unwrap_err();
+            assert!(matches!(e, UplinkError::BadEndpoint(_)), "{bad}: {e}");
+        }
+        let e = check_collectors(&list(&["no-such-host.invalid:4433"])).await.unwrap_err();
+        assert!(
+            matches!(e, UplinkError::Unresolvable(_)) && e.to_string().contains("no-such-host.invalid"),
+            "{e}"
+        );
+        // One resolvable endpoint is enough; the other stays in the rotation.
+        assert!(check_collectors(&list(&["no-such-host.invalid:4433", "127.0.0.1:4433"])).await.is_ok());
+        assert!(matches!(check_collectors(&[]).await, Err(UplinkError::NoCollectors)));
+    }
 }
 
 #[cfg(test)]

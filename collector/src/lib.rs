@@ -6,6 +6,7 @@
 //! * [`devch`] — a throw-away local ClickHouse server (tests, demo, benches).
 //! * [`fault`] — test-only fault points (feature `fault-injection`).
 //! * [`server`] — the QUIC server: sessions, validation, ack-after-insert.
+//! * [`warnlimit`] — rate-limited warnings for what a peer can cause at will.
 //! * [`service`] — a whole collector: ClickHouse (with retry), migrations, sink, server, telemetry.
 //! * [`certs`] — dev PKI minting (CA, collector and agent certificates).
 //! * [`auth`] — handshake refusal reasons, the cluster allow-list, TLS reload without restart.
@@ -14,6 +15,7 @@
 //! * [`metrics`] — Prometheus `/metrics`.
 //! * [`report`] — running the built-in queries and rendering them (`oomlens sql`, the demo report).
 //! * [`demo`] — `oomlens demo`.
+//! * [`explain`] — `oomlens explain`: a pasted message parsed and attributed offline.
 
 pub mod attribution;
 pub mod auth;
@@ -35,3 +37,4 @@ pub mod server;
 pub mod service;
 pub mod timearg;
 pub mod top;
+pub mod warnlimit;

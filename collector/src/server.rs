@@ -43,6 +43,7 @@ use crate::certs::identity_from_der;
 use crate::clickhouse::sink::{Sink, SinkError};
 use crate::identity::AgentIdentity;
 use crate::metrics::CollectorMetrics;
+use crate::warnlimit::WarnLimiter;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -193,6 +194,7 @@ pub struct Server {
     bytes_in_flight: ByteBudget,
     agent_locks: AgentLocks,
     per_certificate: CertConnections,
+    warnings: Arc<WarnLimiter>,
     tls: TlsReloader,
 }
 
@@ -218,6 +220,7 @@ impl Server {
             bytes_in_flight,
             agent_locks: AgentLocks::default(),
             per_certificate: CertConnections::default(),
+            warnings: Arc::new(WarnLimiter::default()),
             tls,
         })
     }
@@ -241,10 +244,16 @@ impl Server {
         // The poll task holds the endpoint: it must not outlive the server (abort on drop).
         let _tls_poll = self.cfg.tls_reload_interval.map(|every| AbortOnDrop(self.tls.spawn_poll(every)));
         info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
+        // Summarises the peer-caused warnings suppressed in a window that ended quietly.
+        let mut summary_tick = tokio::time::interval(crate::warnlimit::WINDOW);
         loop {
             let incoming = tokio::select! {
                 i = self.endpoint.accept() => i,
                 _ = shutdown.changed() => break,
+                _ = summary_tick.tick() => {
+                    log_suppressed(self.warnings.take_summary());
+                    continue;
+                }
             };
             let Some(incoming) = incoming else { break };
             while tasks.try_join_next().is_some() {}
@@ -261,6 +270,7 @@ impl Server {
                 bytes_in_flight: self.bytes_in_flight.clone(),
                 agent_locks: self.agent_locks.clone(),
                 per_certificate: self.per_certificate.clone(),
+                warnings: self.warnings.clone(),
             };
             tasks.spawn(async move {
                 ctx.handle(incoming).await;
@@ -514,6 +524,7 @@ struct SessionCtx {
     bytes_in_flight: ByteBudget,
     agent_locks: AgentLocks,
     per_certificate: CertConnections,
+    warnings: Arc<WarnLimiter>,
 }
 
 impl SessionCtx {
@@ -567,7 +578,11 @@ impl SessionCtx {
             SessionError::Superseded => info!(%remote, "session superseded by the agent's new one"),
             _ => {
                 self.metrics.reject(e.reason());
-                warn!(%remote, error = %e, "session refused or failed");
+                let (log, summary) = self.warnings.allow(e.reason());
+                log_suppressed(summary);
+                if log {
+                    warn!(%remote, error = %e, "session refused or failed");
+                }
             }
         }
     }
@@ -616,6 +631,12 @@ impl SessionCtx {
         let identity = identity(&cert, &hello);
         if identity.node != hello.node || identity.cluster != hello.cluster {
             self.metrics.identity_mismatches.inc();
+            let (log, summary) = self.warnings.allow("identity_mismatch");
+            log_suppressed(summary);
+            if log {
+                warn!(claimed_node = %hello.node, claimed_cluster = %hello.cluster, node = %identity.node,
+                    cluster = %identity.cluster, "agent claims another node or cluster; using the certificate's");
+            }
         }
         // Stop an earlier session of this agent run, then wait until all its batches are settled.
         let slot = self.agent_locks.get(&identity);
@@ -767,17 +788,18 @@ fn peer_identity(conn: &quinn::Connection) -> Result<crate::certs::CertIdentity,
     identity_from_der(leaf).map_err(|e| SessionError::Certificate(e.to_string()))
 }
 
+/// Logs the summary of the peer-caused warnings a window suppressed.
+fn log_suppressed(summary: Option<String>) {
+    if let Some(s) = summary {
+        warn!(suppressed = %s, "more sessions were refused or misbehaved than are logged (rate limit; all are counted in rejects_total)");
+    }
+}
+
 /// Merges the certificate identity (authoritative) with the agent's Hello: node = the
 /// certificate's CN, cluster = its OU (the Hello's cluster only when the certificate has no OU).
 /// A Hello claiming another node or cluster is not refused — rows carry the certificate's
 /// identity, and the mismatch is logged and counted (`identity_mismatches`).
 pub fn identity(cert: &crate::certs::CertIdentity, hello: &Hello) -> AgentIdentity {
-    if hello.node != cert.node {
-        warn!(claimed = %hello.node, certificate = %cert.node, "agent claims another node name; using the certificate's");
-    }
-    if let Some(cluster) = cert.cluster.as_ref().filter(|c| **c != hello.cluster) {
-        warn!(node = %cert.node, claimed = %hello.cluster, certificate = %cluster, "agent claims another cluster; using the certificate's");
-    }
     AgentIdentity {
         cluster: cert.cluster.clone().unwrap_or_else(|| hello.cluster.clone()),
         node: cert.node.clone(),

@@ -175,11 +175,16 @@ impl RunningCollector {
     }
 }
 
-/// Starts a collector. Waits (retrying) for ClickHouse; `stop` aborts that wait.
+/// Starts a collector. Checks its TLS files first (a missing or broken certificate is reported at
+/// once, not after ClickHouse answers), then waits (retrying) for ClickHouse; `stop` aborts that
+/// wait.
 pub async fn start(
     cfg: CollectorConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunningCollector, ServiceError> {
+    let server_cfg = cfg.server();
+    oomlens_schema::tls::server_config(&server_cfg.tls, server_cfg.idle_timeout)
+        .map_err(ServerError::from)?;
     let ch = connect_with_retry(&cfg.clickhouse, &mut stop).await?;
     let report = ch.migrate().await?;
     info!(?report, "schema ready");

@@ -169,6 +169,15 @@ async fn clickhouse_unreachable_at_start_is_retried_without_panic() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path(), &["late-node"]);
     let cfg = collector_config(&pki, &url, SocketAddr::from(([127, 0, 0, 1], 0)));
+    // A missing certificate is reported at once, not after ClickHouse answers.
+    let mut broken = cfg.clone();
+    broken.collector.cert = dir.path().join("missing.pem");
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let err = tokio::time::timeout(Duration::from_secs(5), oomlens_collector::service::start(broken, rx))
+        .await
+        .expect("refused without waiting for ClickHouse")
+        .unwrap_err();
+    assert!(err.to_string().contains("missing.pem"), "{err}");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let starting = tokio::spawn(oomlens_collector::service::start(cfg, stop_rx));
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -174,4 +174,11 @@ async fn hostile_connections_stay_within_the_memory_budget() {
     drop(refused);
     let _ = child.kill();
     let _ = child.wait();
+    // 51 refusals, at most a window's worth of warning lines (the rest counted, summarised later).
+    let log = std::fs::read_to_string(dir.path().join("collector.log")).unwrap();
+    let lines = log.matches("session refused or failed").count();
+    assert!(
+        (1..=oomlens_collector::warnlimit::WARNINGS_PER_WINDOW as usize).contains(&lines),
+        "{lines} refusal warnings logged"
+    );
 }
