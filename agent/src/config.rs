@@ -148,6 +148,18 @@ impl Default for RecorderSection {
     }
 }
 
+impl UplinkSection {
+    /// One collector endpoint and the TLS files to reach it, trusting `server_name` as the
+    /// collector's certificate name.
+    pub fn to_collector(&mut self, collector: &str, server_name: &str, ca: &Path, cert: &Path, key: &Path) {
+        self.collectors = vec![collector.to_owned()];
+        self.server_name = server_name.to_owned();
+        self.ca = ca.to_owned();
+        self.cert = cert.to_owned();
+        self.key = key.to_owned();
+    }
+}
+
 impl AgentConfig {
     /// The flight recorder's settings (`[recorder]` with `source.interval_ms` as the normal interval).
     pub fn recorder_settings(&self) -> crate::recorder::RecorderSettings {

@@ -16,10 +16,12 @@
 //! * [`chbaseline`] — the same rows inserted by `clickhouse-client` (RowBinary) and as JSONEachRow
 //!   over HTTP, the baselines of the pipeline's throughput.
 //! * [`procfs`] — CPU and memory of a process from `/proc`.
+//! * [`workspace`] — the workspace binaries the benchmarks run as child processes.
 
 pub mod chbaseline;
 pub mod loadgen;
 pub mod procfs;
+pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

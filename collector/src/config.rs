@@ -178,6 +178,24 @@ pub struct CollectorConfig {
 }
 
 impl CollectorConfig {
+    /// Defaults with the collector's listener, id and TLS files from a development PKI, storing
+    /// into `clickhouse` (tests, the demo, the benchmarks; not finished yet).
+    pub fn with_dev_pki(
+        pki: &crate::certs::DevPki,
+        listen: std::net::SocketAddr,
+        collector_id: &str,
+        clickhouse: ChConfig,
+    ) -> CollectorConfig {
+        let mut cfg = CollectorConfig::default();
+        cfg.collector.listen = listen;
+        cfg.collector.ca = pki.ca.clone();
+        cfg.collector.cert = pki.collector.cert.clone();
+        cfg.collector.key = pki.collector.key.clone();
+        cfg.collector.collector_id = collector_id.to_owned();
+        cfg.clickhouse = clickhouse;
+        cfg
+    }
+
     /// Reads a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         oomlens_schema::config::load_toml(path)

@@ -161,17 +161,16 @@ async fn run_with_clickhouse(
     let pki = mint_dev_pki(&certs, &["localhost".to_owned(), "127.0.0.1".to_owned()], "demo", &nodes, 30)
         .map_err(|e| setup("certificates")(e.to_string()))?;
 
-    let mut collector_cfg = CollectorConfig::default();
-    collector_cfg.collector.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    collector_cfg.collector.ca = pki.ca.clone();
-    collector_cfg.collector.cert = pki.collector.cert.clone();
-    collector_cfg.collector.key = pki.collector.key.clone();
-    collector_cfg.collector.collector_id = "demo-collector".to_owned();
-    collector_cfg.clickhouse = ChConfig {
-        url: ch.url(),
-        retention: Retention { samples_days: 0, events_days: 0 },
-        ..ChConfig::default()
-    };
+    let collector_cfg = CollectorConfig::with_dev_pki(
+        &pki,
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        "demo-collector",
+        ChConfig {
+            url: ch.url(),
+            retention: Retention { samples_days: 0, events_days: 0 },
+            ..ChConfig::default()
+        },
+    );
     let collector_cfg = collector_cfg.finish().map_err(|e| setup("collector config")(e.to_string()))?;
     let database = collector_cfg.clickhouse.database.clone();
     let ch_cfg = collector_cfg.clickhouse.clone();

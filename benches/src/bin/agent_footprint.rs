@@ -77,7 +77,7 @@ struct Measured {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let agent = agent_binary()?;
+    let agent = oomlens_benches::workspace::sibling_binary("oomlens-agent", "oomlens-agent")?;
     let dir = tempfile::Builder::new().prefix("oomlens-footprint-").tempdir()?;
     let ch = DevClickHouse::start().context("cannot start ClickHouse (is clickhouse-server installed?)")?;
     let pki = mint_dev_pki(dir.path(), &["localhost".to_owned()], "bench", &["bench-node".to_owned()], 2)?;
@@ -140,14 +140,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn collector_config(pki: &DevPki, ch_url: &str) -> anyhow::Result<CollectorConfig> {
-    let mut cfg = CollectorConfig::default();
-    cfg.collector.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    cfg.collector.ca = pki.ca.clone();
-    cfg.collector.cert = pki.collector.cert.clone();
-    cfg.collector.key = pki.collector.key.clone();
-    cfg.collector.collector_id = "footprint".into();
-    cfg.clickhouse = ChConfig { url: ch_url.to_owned(), ..ChConfig::default() };
-    Ok(cfg.finish()?)
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let ch = ChConfig { url: ch_url.to_owned(), ..ChConfig::default() };
+    Ok(CollectorConfig::with_dev_pki(pki, listen, "footprint", ch).finish()?)
 }
 
 fn agent_config(
@@ -174,11 +169,7 @@ fn agent_config(
     if args.healthy_only {
         cfg.simulator.mix = oomlens_agent::sim::ScenarioMix::healthy_only();
     }
-    cfg.uplink.collectors = vec![collector.to_string()];
-    cfg.uplink.server_name = "localhost".into();
-    cfg.uplink.ca = pki.ca.clone();
-    cfg.uplink.cert = files.cert.clone();
-    cfg.uplink.key = files.key.clone();
+    cfg.uplink.to_collector(&collector.to_string(), "localhost", &pki.ca, &files.cert, &files.key);
     Ok(cfg.finish()?)
 }
 
@@ -297,27 +288,4 @@ fn clock_ticks_per_second() -> f64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
-}
-
-/// The release `oomlens-agent` next to this binary, built first so that it matches the sources.
-fn agent_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe.parent().context("no parent directory of the benchmark binary")?.to_owned();
-    let bin = profile_dir.join("oomlens-agent");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "oomlens-agent", "--bin", "oomlens-agent"]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    } else {
-        eprintln!("warning: not a release build; footprint figures are only meaningful with --release");
-    }
-    if let Some(target) = profile_dir.parent() {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
-    let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
-    if !ok && !bin.exists() {
-        bail!("cannot build oomlens-agent and {} is missing", bin.display());
-    }
-    Ok(bin)
 }

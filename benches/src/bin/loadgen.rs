@@ -194,7 +194,7 @@ fn main() -> anyhow::Result<()> {
     }
     let collector_bin = match &args.collector_bin {
         Some(p) => p.clone(),
-        None => sibling_binary("oomlens-collector", "oomlens-collector")?,
+        None => oomlens_benches::workspace::sibling_binary("oomlens-collector", "oomlens-collector")?,
     };
     let dir = tempfile::Builder::new().prefix("oomlens-loadgen-").tempdir()?;
     eprintln!("loadgen: working directory {}", dir.path().display());
@@ -841,27 +841,4 @@ fn print_report(r: &Report) {
             println!("* {e}");
         }
     }
-}
-
-/// A workspace binary next to this one, built first (release if this is a release build).
-fn sibling_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe.parent().context("no parent directory of the benchmark binary")?.to_owned();
-    let path = profile_dir.join(bin);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", package, "--bin", bin]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    } else {
-        eprintln!("warning: not a release build; throughput figures are only meaningful with --release");
-    }
-    if let Some(target) = profile_dir.parent() {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
-    let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
-    if !ok && !path.exists() {
-        bail!("cannot build {bin} and {} is missing", path.display());
-    }
-    Ok(path)
 }

@@ -91,21 +91,16 @@ pub async fn migrated_clickhouse() -> (DevClickHouse, Ch) {
 }
 
 pub fn collector_config(pki: &DevPki, ch_url: &str, listen: SocketAddr) -> CollectorConfig {
-    let mut cfg = CollectorConfig::default();
-    cfg.collector.listen = listen;
-    cfg.collector.ca = pki.ca.clone();
-    cfg.collector.cert = pki.collector.cert.clone();
-    cfg.collector.key = pki.collector.key.clone();
-    cfg.collector.collector_id = "test-collector".into();
-    cfg.collector.idle_timeout_ms = 3000;
     // Keep everything: the simulated time of the tests lies further back than the default retention,
     // and servers without TTL would have their old day partitions dropped at collector start.
-    cfg.clickhouse = ChConfig {
+    let ch = ChConfig {
         url: ch_url.to_owned(),
         insert_max_delay_ms: 50,
         retention: oomlens_schema::ddl::Retention { samples_days: 0, events_days: 0 },
         ..ChConfig::default()
     };
+    let mut cfg = CollectorConfig::with_dev_pki(pki, listen, "test-collector", ch);
+    cfg.collector.idle_timeout_ms = 3000;
     cfg.finish().unwrap()
 }
 
@@ -138,11 +133,7 @@ pub fn agent_config(
     cfg.source.start_ms = START_MS;
     cfg.simulator.gpus = 4;
     cfg.simulator.seed = seed;
-    cfg.uplink.collectors = vec![collector.to_string()];
-    cfg.uplink.server_name = "localhost".into();
-    cfg.uplink.ca = pki.ca.clone();
-    cfg.uplink.cert = files.cert.clone();
-    cfg.uplink.key = files.key.clone();
+    cfg.uplink.to_collector(&collector.to_string(), "localhost", &pki.ca, &files.cert, &files.key);
     cfg.uplink.batch_interval_ms = 100;
     cfg.uplink.idle_timeout_ms = 3000;
     cfg.uplink.backoff_max_ms = 500;
