@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sim::SimConfig;
+use crate::source::sim::SimConfig;
 
 pub use oomlens_schema::config::ConfigError;
 
@@ -162,9 +162,9 @@ impl UplinkSection {
 
 impl AgentConfig {
     /// The flight recorder's settings (`[recorder]` with `source.interval_ms` as the normal interval).
-    pub fn recorder_settings(&self) -> crate::recorder::RecorderSettings {
+    pub fn recorder_settings(&self) -> crate::pipeline::recorder::RecorderSettings {
         let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        crate::recorder::RecorderSettings {
+        crate::pipeline::recorder::RecorderSettings {
             enabled: self.recorder.enabled,
             window_ms: ms(self.recorder.window_s.saturating_mul(1000)),
             fast_interval_ms: ms(self.recorder.fast_interval_ms),

@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_agent::config::{AgentConfig, SourceKind};
 use oomlens_agent::detect::parse::command::ParseCommandError;
-use oomlens_agent::nvml::{NvmlOptions, smoke_report};
 use oomlens_agent::runner::run_agent;
+use oomlens_agent::source::nvml::{NvmlOptions, smoke_report};
 
 /// oomlens agent: samples GPU memory (NVML or the simulator), catches OOMs and streams them to a
 /// collector over QUIC with mutual TLS.

@@ -17,11 +17,11 @@ use tracing::{info, warn};
 
 use crate::config::{AgentConfig, SourceKind};
 use crate::metrics::AgentMetrics;
-use crate::nvml::{NvmlError, NvmlOptions, NvmlSource};
-use crate::recorder::{FlightRecorder, RecorderError};
-use crate::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
-use crate::sim::{SimError, Simulator};
+use crate::pipeline::recorder::{FlightRecorder, RecorderError};
+use crate::pipeline::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
 use crate::source::Source;
+use crate::source::nvml::{NvmlError, NvmlOptions, NvmlSource};
+use crate::source::sim::{SimError, Simulator};
 use crate::spool::{DiskSpool, EventJournal, MemorySpool, Spool, SpoolError};
 use crate::uplink::{Uplink, UplinkConfig, UplinkError, UplinkTotals};
 
@@ -83,8 +83,8 @@ pub fn open_spool(
 pub fn open_event_stage(
     cfg: &AgentConfig,
     metrics: &Arc<AgentMetrics>,
-) -> Result<crate::detect::merge::EventStage, RunError> {
-    let stage = cfg.detect.stage(Some(metrics.clone()));
+) -> Result<crate::pipeline::event_stage::EventStage, RunError> {
+    let stage = crate::pipeline::event_stage::EventStage::from_config(&cfg.detect, Some(metrics.clone()));
     let Some(dir) = &cfg.spool.dir else {
         return Ok(stage);
     };
@@ -161,7 +161,7 @@ pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Res
         ))
     });
     let source: Box<dyn Source> = if pods_task.is_some() {
-        Box::new(crate::workload::podresources::PodAttributed::new(source, pods.clone()))
+        Box::new(crate::source::pods::PodAttributed::new(source, pods.clone()))
     } else {
         source
     };

@@ -230,14 +230,4 @@ fn read_capped(path: &Path, limit: u64) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
+use oomlens_schema::text::truncate;

@@ -265,9 +265,9 @@ fn lines_read_again_give_the_same_event_ids_and_runtime_timestamps() {
     for name in ["cri", "docker", "pytorch_v2"] {
         std::fs::copy(fixtures.join(format!("{name}.log")), root.join(format!("{name}.log"))).unwrap();
     }
-    let before = oomlens_agent::sampler::now_ms();
+    let before = oomlens_agent::pipeline::sampler::now_ms();
     let first = read_ids(root, None, false);
-    let after = oomlens_agent::sampler::now_ms();
+    let after = oomlens_agent::pipeline::sampler::now_ms();
     let n = ["cri", "docker", "pytorch_v2"].iter().map(|f| expected(f).len()).sum::<usize>();
     assert_eq!(first.len(), n);
     let unique: BTreeSet<u64> = first.iter().map(|e| e.0).collect();

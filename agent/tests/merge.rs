@@ -10,7 +10,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use oomlens_agent::detect::merge::{EventStage, MERGED_LABEL};
+use oomlens_agent::detect::merge::MERGED_LABEL;
+use oomlens_agent::pipeline::event_stage::EventStage;
 use oomlens_agent::source::Reading;
 use oomlens_schema::{EventSource, GpuSample, Label, OomEvent, OomKind, ProcessSample};
 

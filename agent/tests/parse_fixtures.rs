@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use oomlens_agent::detect::parse::command::parse_reader;
 use oomlens_agent::detect::parse::{LineFormat, LogParser};
-use oomlens_agent::sim::{ScenarioMix, SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{ScenarioMix, SimConfig, Simulator};
 use oomlens_schema::{OomKind, Scenario};
 
 fn fixtures() -> PathBuf {

@@ -14,10 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use oomlens_agent::source::pods::PodAttributed;
 use oomlens_agent::source::{Reading, Source};
-use oomlens_agent::workload::podresources::{
-    self, PodAttributed, PodDirectory, PodResourcesConfig, PodResourcesError, api,
-};
+use oomlens_agent::workload::podresources::{self, PodDirectory, PodResourcesConfig, PodResourcesError, api};
 use oomlens_schema::{GpuInfo, Label, ProcessSample};
 use tokio::sync::watch;
 

@@ -1,6 +1,6 @@
 //! The load generator's engine: many simulated agents speaking the real protocol over real QUIC.
 //!
-//! * [`build_pool`] — realistic `Batch` frames from the fleet simulator (`oomlens_agent::sim`),
+//! * [`build_pool`] — realistic `Batch` frames from the fleet simulator (`oomlens_agent::source::sim`),
 //!   generated and encoded **before** the run so the generator is not the bottleneck. Each frame is
 //!   a [`FrameTemplate`]: the encoded bytes plus the offset of the batch's `seq` in the archive
 //!   (found by encoding the batch twice with different sequence numbers and diffing), so an agent
@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source as _;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
 use oomlens_schema::{Batch, Frame, FrameError, GpuInfo, Hello};
 use tokio::sync::{mpsc, watch};

@@ -476,7 +476,7 @@ impl CapacityReport {
             writeln!(
                 out,
                 "  {:<32} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  {}",
-                truncate(label(&g.key), 32),
+                oomlens_schema::text::ellipsize(label(&g.key), 32),
                 g.gpus,
                 pct(g.p50),
                 pct(g.p95),
@@ -494,7 +494,7 @@ impl CapacityReport {
             writeln!(
                 out,
                 "  {:<32} p99 {:>7}  max {:>7}  >=90 % {:>7}  GPUs {}",
-                truncate(&w.workload, 32),
+                oomlens_schema::text::ellipsize(&w.workload, 32),
                 pct(w.p99),
                 pct(w.max),
                 pct(w.above_90_share),
@@ -507,7 +507,7 @@ impl CapacityReport {
             writeln!(
                 out,
                 "  {:<32} {:>5} OOMs  grew {}",
-                truncate(&n.workload, 32),
+                oomlens_schema::text::ellipsize(&n.workload, 32),
                 n.events,
                 crate::report::human_bytes(Some(n.growth_bytes.unsigned_abs()))
             )?;
@@ -518,8 +518,8 @@ impl CapacityReport {
             writeln!(
                 out,
                 "  {:<32} ← {:<32} {:>5} OOMs",
-                truncate(&p.failed, 32),
-                truncate(&p.neighbour, 32),
+                oomlens_schema::text::ellipsize(&p.failed, 32),
+                oomlens_schema::text::ellipsize(&p.neighbour, 32),
                 p.events
             )?;
         }
@@ -601,7 +601,7 @@ impl CapacityReport {
                 r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#dbe7f3"><title>max {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#9ebfe0"><title>p99 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#6a9ccc"><title>p95 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#4e79a7"><title>p50 {}</title></rect>"##,
                 left - 6.0,
                 y + 12.0,
-                html_escape(&truncate(label(&g.key), 34)),
+                html_escape(&oomlens_schema::text::ellipsize(label(&g.key), 34)),
                 x(g.max) - left,
                 pct(g.max),
                 x(g.p99) - left,
@@ -637,7 +637,7 @@ impl CapacityReport {
                 r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"#,
                 left - 6.0,
                 y + 12.0,
-                html_escape(&truncate(label(&g.key), 34))
+                html_escape(&oomlens_schema::text::ellipsize(label(&g.key), 34))
             );
             let mut x0 = left;
             for (j, s) in scenarios.iter().enumerate() {
@@ -696,10 +696,6 @@ fn scenario_rate_list(counts: &BTreeMap<String, u64>, rates: &BTreeMap<String, f
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 #[cfg(test)]

@@ -433,7 +433,7 @@ impl Postmortem {
                     "    {}. pid {:<8} {:<24} GPU {} used {:>11} peak {:>11} growth {:>12}{}",
                     i + 1,
                     n.neighbour_pid,
-                    truncate(&n.neighbour_workload, 24),
+                    oomlens_schema::text::ellipsize(&n.neighbour_workload, 24),
                     n.neighbour_gpu,
                     human_bytes(Some(n.last_used_bytes)),
                     human_bytes(Some(n.max_used_bytes)),
@@ -482,7 +482,7 @@ impl Postmortem {
             writeln!(
                 out,
                 "    {:<28} {} {}",
-                truncate(&label, 28),
+                oomlens_schema::text::ellipsize(&label, 28),
                 sparkline(curve, &s.points, top, width),
                 last_bytes(&s.points)
             )?;
@@ -532,10 +532,6 @@ pub fn sparkline(curve: &Curve, pts: &[(i64, u64)], top: u64, width: usize) -> S
 fn signed_bytes(v: i64) -> String {
     let sign = if v < 0 { "-" } else { "+" };
     format!("{sign}{}", human_bytes(Some(v.unsigned_abs())))
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 /// Escapes text for HTML.

@@ -153,7 +153,7 @@ pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Res
             "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  {:<23} {}",
             e.node,
             opt(e.gpu_index),
-            truncate(&e.workload, 30),
+            oomlens_schema::text::ellipsize(&e.workload, 30),
             e.kind,
             e.framework,
             human_bytes(e.requested_bytes),
@@ -181,10 +181,6 @@ pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Res
     }
     writeln!(out, "Done in {:.1} s.", o.elapsed.as_secs_f64())?;
     Ok(())
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 /// `oomlens sql`: lists the built-in queries, or runs one with `name=value` (or positional)

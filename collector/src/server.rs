@@ -172,14 +172,7 @@ impl SessionError {
             _ => return None,
         };
         // The agent refuses error texts over the limit: cut long ones (at a character boundary).
-        let mut message = message;
-        if message.len() > limits::MAX_RAW_MESSAGE {
-            let mut end = limits::MAX_RAW_MESSAGE;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
-        }
+        let message = oomlens_schema::text::truncate(message, limits::MAX_RAW_MESSAGE);
         Some(ErrorReply { code: code as u16, message })
     }
 }

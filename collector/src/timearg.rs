@@ -5,8 +5,6 @@
 //!
 //! As a point in time a duration means "that long before now" (`--since 7d`); `now` is now.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 /// A time argument that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -15,12 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 )]
 pub struct TimeArgError(pub String);
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use oomlens_schema::text::now_ms;
 
 /// Parses a duration such as `7d`, `2h`, `1h30m`, `250ms` into milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<i64, TimeArgError> {

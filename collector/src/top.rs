@@ -163,7 +163,10 @@ impl Frame {
                     "         pid {:<8} {:>11}  {:<28} {}",
                     p.pid,
                     human_bytes(Some(p.used_bytes)),
-                    truncate(if p.workload.is_empty() { "-" } else { &p.workload }, 28),
+                    oomlens_schema::text::ellipsize(
+                        if p.workload.is_empty() { "-" } else { &p.workload },
+                        28
+                    ),
                     p.process_name
                 )?;
             }
@@ -179,16 +182,12 @@ impl Frame {
                 e.node,
                 e.gpu_index.map_or_else(|| "-".to_owned(), |g| g.to_string()),
                 e.kind,
-                truncate(if e.workload.is_empty() { "-" } else { &e.workload }, 28),
+                oomlens_schema::text::ellipsize(if e.workload.is_empty() { "-" } else { &e.workload }, 28),
                 human_bytes(e.requested_bytes)
             )?;
         }
         Ok(())
     }
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 #[cfg(test)]

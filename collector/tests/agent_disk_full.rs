@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use common::exact::http_get;
 use common::*;
-use oomlens_agent::sim::Simulator;
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::Simulator;
 
 /// Rows the simulator of `cfg` produces in `seconds` (one reading per second).
-fn produced(node: &str, cfg: &oomlens_agent::sim::SimConfig, seconds: i64) -> (u64, u64, Vec<u64>) {
+fn produced(node: &str, cfg: &oomlens_agent::source::sim::SimConfig, seconds: i64) -> (u64, u64, Vec<u64>) {
     let mut sim = Simulator::new(node, cfg.clone(), START_MS).unwrap();
     let (mut gpu, mut procs, mut events) = (0, 0, Vec::new());
     for k in 0..seconds {

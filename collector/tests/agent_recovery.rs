@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_agent::spool::segment;
 use oomlens_schema::Frame;
 

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use oomlens_agent::sim::ScenarioMix;
+use oomlens_agent::source::sim::ScenarioMix;
 use oomlens_collector::attribution::{
     self, AttributedEvent, ConfusionMatrix, EventEvidence, FeatureWindow, OomFeatures, Rule, attribute,
 };

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_agent::uplink::first_collector;
 
 /// What the simulator of `node` produces in `seconds` simulated seconds (4 GPUs, one reading per

@@ -9,8 +9,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_collector::clickhouse::convert::event_row;
 use oomlens_collector::clickhouse::rowbinary::encode_batch;
 use oomlens_collector::config::IN_FLIGHT_EXPANSION;

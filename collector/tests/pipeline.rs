@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use oomlens_agent::sim::Simulator;
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::Simulator;
 use oomlens_collector::certs::DevPki;
 use oomlens_collector::devch::DevClickHouse;
 use oomlens_collector::service::RunningCollector;
@@ -22,8 +22,8 @@ fn expected_events(node: &str, seed: u64, duration_s: u64) -> Vec<OomEvent> {
     (0..duration_s as i64).flat_map(|k| sim.sample(START_MS + k * 1000).events).collect()
 }
 
-fn agent_config_for_replay(seed: u64) -> oomlens_agent::sim::SimConfig {
-    oomlens_agent::sim::SimConfig { gpus: 4, seed, ..Default::default() }
+fn agent_config_for_replay(seed: u64) -> oomlens_agent::source::sim::SimConfig {
+    oomlens_agent::source::sim::SimConfig { gpus: 4, seed, ..Default::default() }
 }
 
 /// A throw-away ClickHouse, a temp directory, certificates for `node` and a collector on a free

@@ -7,8 +7,8 @@
 //! them) and must overlap: a simulator without routine cached slack, a CUDA context or memory
 //! outside PyTorch trains rules that fail on real messages.
 
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_collector::attribution::accuracy::ACCURACY_MIX;
 use oomlens_collector::explain::{Explained, explain_text};
 

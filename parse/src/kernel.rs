@@ -247,14 +247,7 @@ fn clip_raw(s: &str) -> String {
 }
 
 fn clip_to(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    oomlens_schema::text::clip(s, max).to_owned()
 }
 
 #[cfg(test)]

@@ -496,11 +496,7 @@ impl Pending {
             self.compact.push_str(compact);
         }
         if self.signature.is_empty() {
-            let mut end = compact.len().min(256);
-            while !compact.is_char_boundary(end) {
-                end -= 1;
-            }
-            self.signature = compact[..end].to_owned();
+            self.signature = oomlens_schema::text::clip(compact, 256).to_owned();
         }
         if self.family != Family::Torch {
             frameworks::extract(compact, &mut self.fields);
@@ -948,11 +944,7 @@ fn resolve_own_process(f: &mut Fields) {
 
 /// `s` cut to the wire limit of a label value (at a character boundary).
 fn clip(s: &str) -> String {
-    let mut end = s.len().min(oomlens_schema::limits::MAX_STRING);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    oomlens_schema::text::clip(s, oomlens_schema::limits::MAX_STRING).to_owned()
 }
 
 /// Parses a whole text (tests, the `parse` command on small inputs).

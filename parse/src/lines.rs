@@ -247,16 +247,9 @@ impl LineDecoder {
 }
 
 fn push_bounded(out: &mut String, text: &str, room: usize, dropped: &mut u64) {
-    if text.len() <= room {
-        out.push_str(text);
-        return;
-    }
-    let mut end = room;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.push_str(&text[..end]);
-    *dropped += (text.len() - end) as u64;
+    let kept = oomlens_schema::text::clip(text, room);
+    out.push_str(kept);
+    *dropped += (text.len() - kept.len()) as u64;
 }
 
 #[cfg(test)]

@@ -12,14 +12,7 @@ pub const MAX_LINE_BYTES: usize = 4096;
 pub fn bounded(line: &str) -> &str {
     let line = line.strip_suffix('\n').unwrap_or(line);
     let line = line.strip_suffix('\r').unwrap_or(line);
-    if line.len() <= MAX_LINE_BYTES {
-        return line;
-    }
-    let mut end = MAX_LINE_BYTES;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    &line[..end]
+    oomlens_schema::text::clip(line, MAX_LINE_BYTES)
 }
 
 /// Appends the compact form of `text` to `out` (ASCII lower-cased, whitespace removed).

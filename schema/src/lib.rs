@@ -4,6 +4,7 @@
 //! * [`frame`] — the frame codec: fixed header + validated rkyv payload, typed errors.
 //! * [`limits`] — hard limits on frames, strings and vectors, checked on every decoded frame.
 //! * [`scenario`] — the OOM scenario taxonomy shared by the simulator and attribution.
+//! * [`text`] — cutting strings on character boundaries, and the clock in epoch milliseconds.
 //! * `ddl` / `rows` (feature `clickhouse`) — the ClickHouse tables, rendered per server version,
 //!   and the row structs the collector inserts.
 //! * `transport`, `tls` (feature `quic`) — frame I/O on QUIC streams and the mutual-TLS set-up,
@@ -11,11 +12,13 @@
 //! * `config` (feature `config`) — loading TOML configuration files, shared by both binaries.
 //! * `telemetry` (feature `telemetry`) — the `/metrics`, `/healthz`, `/readyz` HTTP endpoint.
 //!
-//! Without features the crate is pure: no I/O, no async, no global state.
+//! Without features the crate is pure — no I/O, no async, no global state — apart from reading
+//! the wall clock (`text::now_ms`).
 
 pub mod frame;
 pub mod limits;
 pub mod scenario;
+pub mod text;
 pub mod wire;
 
 #[cfg(feature = "config")]

@@ -49,8 +49,8 @@ use crate::detect::offsets::{FINGERPRINT_BYTES, FileOffset, Fingerprint, OffsetS
 use crate::detect::parse::lines::line_time_ms;
 use crate::detect::parse::{LineDecoder, LineFormat, LogParser, MAX_EVENT_SPAN, ParsedOom};
 use crate::metrics::AgentMetrics;
-use crate::sampler::now_ms;
 use crate::source::Reading;
+use oomlens_schema::text::now_ms;
 
 /// Most bytes read from one file in one poll (the rest waits for the next poll).
 pub const MAX_READ_PER_POLL: usize = 4 * 1024 * 1024;
@@ -845,14 +845,7 @@ fn matches_head(file: &File, size: u64, fp: Fingerprint) -> bool {
 }
 
 fn clip(s: &str) -> String {
-    if s.len() <= MAX_STRING {
-        return s.to_owned();
-    }
-    let mut end = MAX_STRING;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    oomlens_schema::text::clip(s, MAX_STRING).to_owned()
 }
 
 /// Starts following `[logs]` when paths are configured (`None` when none are, or when the

@@ -25,10 +25,10 @@ use tracing::{debug, info, warn};
 
 use crate::detect::hook_schema::{self, BadRequest, REPORTED_PID_LABEL, Request};
 use crate::metrics::AgentMetrics;
-use crate::sampler::now_ms;
 use crate::source::Reading;
 use crate::workload::passwd::{UnknownGroup, group_id};
 use crate::workload::{WorkloadConfig, WorkloadResolver};
+use oomlens_schema::text::now_ms;
 
 /// `[hook]`: the job-report socket.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

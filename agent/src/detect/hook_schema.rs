@@ -349,17 +349,7 @@ impl Fields<'_> {
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
+use oomlens_schema::text::truncate;
 
 /// The reply to an accepted report.
 pub fn reply_ok(event_id: Option<u64>) -> String {

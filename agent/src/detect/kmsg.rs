@@ -23,8 +23,8 @@ pub use oomlens_parse::kernel::{
 use oomlens_parse::pci::PciMap;
 
 use crate::metrics::AgentMetrics;
-use crate::sampler::now_ms;
 use crate::source::Reading;
+use oomlens_schema::text::now_ms;
 
 /// Why the kernel log cannot be read.
 #[derive(Debug, thiserror::Error)]

@@ -29,14 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use oomlens_schema::Label;
 use oomlens_schema::limits::{MAX_LABELS, MAX_STRING};
-use oomlens_schema::{GpuInfo, Label};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::cgroup::keys;
-use crate::source::{Reading, Source};
 
 /// Label key: Kubernetes namespace.
 pub const NAMESPACE: &str = "k8s.namespace";
@@ -404,11 +403,7 @@ fn has_cgroup_owner(labels: &[Label]) -> bool {
 }
 
 fn cut(s: &str) -> String {
-    let mut end = s.len().min(MAX_STRING);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    oomlens_schema::text::clip(s, MAX_STRING).to_owned()
 }
 
 /// One `List` call over the Unix socket `socket`, bounded by `timeout` (connect included) and
@@ -525,52 +520,6 @@ pub async fn run_poller(cfg: PodResourcesConfig, dir: PodDirectory, mut stop: wa
         if *stop.borrow() {
             return;
         }
-    }
-}
-
-/// A [`Source`] whose process samples and events get pod names from a [`PodDirectory`].
-pub struct PodAttributed {
-    inner: Box<dyn Source>,
-    dir: PodDirectory,
-    uuids: HashMap<u32, String>,
-}
-
-impl std::fmt::Debug for PodAttributed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodAttributed")
-            .field("inner", &self.inner.name())
-            .field("gpus", &self.uuids.len())
-            .finish()
-    }
-}
-
-impl PodAttributed {
-    /// Wraps `inner`; GPU indices are mapped to UUIDs through its inventory.
-    pub fn new(inner: Box<dyn Source>, dir: PodDirectory) -> Self {
-        let uuids = inner.inventory().into_iter().map(|g: GpuInfo| (g.index, g.uuid)).collect();
-        PodAttributed { inner, dir, uuids }
-    }
-}
-
-impl Source for PodAttributed {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn inventory(&self) -> Vec<GpuInfo> {
-        self.inner.inventory()
-    }
-
-    fn sample(&mut self, ts_ms: i64) -> Reading {
-        let mut reading: Reading = self.inner.sample(ts_ms);
-        for p in &mut reading.process_samples {
-            self.dir.annotate(self.uuids.get(&p.gpu_index).map(String::as_str), &mut p.labels);
-        }
-        for e in &mut reading.events {
-            let uuid = e.gpu_index.and_then(|i| self.uuids.get(&i)).map(String::as_str);
-            self.dir.annotate(uuid, &mut e.labels);
-        }
-        reading
     }
 }
 

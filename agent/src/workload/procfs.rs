@@ -60,16 +60,7 @@ pub fn cmdline(raw: &[u8], max_bytes: usize) -> String {
         .chars()
         .map(|c| if c == '\0' || c.is_control() { ' ' } else { c })
         .collect();
-    let text = text.trim();
-    if text.len() <= max_bytes {
-        return text.to_owned();
-    }
-    let marker = if max_bytes >= 3 * '…'.len_utf8() { "…" } else { "" };
-    let mut cut = max_bytes - marker.len();
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}{marker}", &text[..cut])
+    oomlens_schema::text::clip_marked(text.trim(), max_bytes)
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ fn agent_config(
     cfg.simulator.gpus = args.gpus;
     cfg.simulator.extra_processes_per_gpu = args.procs_per_gpu;
     if args.healthy_only {
-        cfg.simulator.mix = oomlens_agent::sim::ScenarioMix::healthy_only();
+        cfg.simulator.mix = oomlens_agent::source::sim::ScenarioMix::healthy_only();
     }
     cfg.uplink.to_collector(&collector.to_string(), "localhost", &pki.ca, &files.cert, &files.key);
     Ok(cfg.finish()?)

@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clickhouse::{RowOwned, RowWrite};
@@ -52,13 +52,7 @@ pub const BACKOFF_START: Duration = Duration::from_millis(100);
 /// Longest retry delay.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// Current Unix time in epoch milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub use oomlens_schema::text::now_ms;
 
 /// Why a batch was not stored.
 #[derive(Debug, thiserror::Error)]

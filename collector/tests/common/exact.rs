@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use oomlens_agent::sim::{SimConfig, Simulator};
 use oomlens_agent::source::Source;
+use oomlens_agent::source::sim::{SimConfig, Simulator};
 
 use super::count;
 

@@ -5,6 +5,18 @@
 //! source the timestamp of each reading, so the simulator can run faster than real time while NVML
 //! simply reads "now".
 
+//!
+//! * [`nvml`] — real NVIDIA GPUs through `nvml-wrapper` (and the `nvml-smoke` report);
+//!   [`watchdog`] runs its calls on a worker thread with a timeout.
+//! * [`sim`] — the deterministic fleet simulator.
+//! * [`pods`] — any source, with pod names added from the kubelet's device assignments.
+//! * [`NoGpus`] — no readings at all (`source.kind = "none"`).
+
+pub mod nvml;
+pub mod pods;
+pub mod sim;
+pub mod watchdog;
+
 use oomlens_schema::{GpuInfo, GpuSample, OomEvent, ProcessSample};
 
 /// Everything one poll of a source produced.

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use oomlens_schema::telemetry::Heartbeat;
 use oomlens_schema::{Batch, OomEvent, limits};
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::{error, warn};
 
 use crate::metrics::AgentMetrics;
-use crate::recorder::{FlightRecorder, RecorderStats};
+use crate::pipeline::recorder::{FlightRecorder, RecorderStats};
 use crate::source::{Reading, Source};
 use crate::uplink::{UplinkError, UplinkHandle};
 
@@ -46,10 +46,7 @@ pub struct SamplerConfig {
     pub duration: Option<Duration>,
 }
 
-/// Current Unix epoch milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+pub use oomlens_schema::text::now_ms;
 
 /// Starts the sampler thread. It stops when `stop` is set, when `duration` is reached, or when the
 /// receiving side is gone; dropping `tx` then tells the batcher that no more readings come.
@@ -118,7 +115,7 @@ pub async fn run_batcher<S: BatchSink>(
     cfg: BatcherConfig,
     metrics: Arc<AgentMetrics>,
     mut recorder: FlightRecorder,
-    mut detect: crate::detect::merge::EventStage,
+    mut detect: crate::pipeline::event_stage::EventStage,
 ) {
     let mut out = Output {
         uplink,
@@ -176,7 +173,7 @@ struct Output<S> {
 impl<S: BatchSink> Output<S> {
     /// Pushes the batch being built (split within the limits) and tells `detect` which of its
     /// events the spool took.
-    fn push(&mut self, detect: &mut crate::detect::merge::EventStage) {
+    fn push(&mut self, detect: &mut crate::pipeline::event_stage::EventStage) {
         let batch = std::mem::take(&mut self.batch);
         for mut part in split_batch(batch, self.max_rows) {
             part.seq = self.seq;
@@ -200,11 +197,11 @@ impl<S: BatchSink> Output<S> {
         recorder: &mut FlightRecorder,
         event: OomEvent,
         metrics: &AgentMetrics,
-        detect: &mut crate::detect::merge::EventStage,
+        detect: &mut crate::pipeline::event_stage::EventStage,
     ) {
         let mut plan = recorder.plan_flush(&event);
         self.batch.events.push(event);
-        let mut total = crate::recorder::Flushed::default();
+        let mut total = crate::pipeline::recorder::Flushed::default();
         let cap = self.max_rows.min(FLUSH_CHUNK_ROWS);
         while !plan.is_done() {
             let room = cap.saturating_sub(self.batch.row_count());
@@ -232,7 +229,7 @@ impl BatchSink for UplinkHandle {
     }
 }
 
-fn count_flush(metrics: &AgentMetrics, f: crate::recorder::Flushed) {
+fn count_flush(metrics: &AgentMetrics, f: crate::pipeline::recorder::Flushed) {
     if f.gpu_samples + f.process_samples > 0 {
         metrics.recorder_flushes.inc();
         metrics
@@ -331,8 +328,8 @@ mod tests {
     use prometheus_client::registry::Registry;
 
     use super::*;
-    use crate::recorder::RecorderSettings;
-    use crate::sim::{SimConfig, Simulator};
+    use crate::pipeline::recorder::RecorderSettings;
+    use crate::source::sim::{SimConfig, Simulator};
 
     #[derive(Default)]
     struct Collect(Mutex<Vec<Batch>>);
@@ -398,7 +395,7 @@ mod tests {
         let metrics = AgentMetrics::register(&mut Registry::default());
         let cfg = BatcherConfig { flush_every: Duration::from_millis(50), max_rows: 2_000, first_seq: 1 };
         let recorder = FlightRecorder::new(settings).unwrap();
-        let detect = crate::detect::merge::EventStage::new(95.0, 0, 1024, None);
+        let detect = crate::pipeline::event_stage::EventStage::new(95.0, 0, 1024, None);
         run_batcher(rx, sink.clone(), cfg, metrics.clone(), recorder, detect).await;
         sampler.join().unwrap();
         assert!(

@@ -15,7 +15,7 @@ use oomlens_schema::Phase;
 use super::memory::AllocKind;
 
 /// `c10::format_size`, shared with the log parser that reads these messages back.
-pub(crate) use crate::detect::parse::units::format_size;
+pub(crate) use oomlens_parse::units::format_size;
 
 /// Which PyTorch release a job runs (decides the message format and the exception name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
