@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::source::sim::SimConfig;
 
-pub use oomlens_schema::config::ConfigError;
+pub use oomlens_schema::config::{Check, ConfigError, Valid};
 
 /// Which source feeds the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, clap::ValueEnum)]
@@ -95,8 +95,10 @@ pub struct UplinkSection {
     pub batch_max_rows: usize,
     /// Most batches in flight without acknowledgement.
     pub max_in_flight: u64,
-    /// Memory cap of un-acknowledged batches, bytes (oldest samples are dropped beyond it; events never).
-    pub spool_max_bytes: usize,
+    /// Former name of `spool.max_bytes`, still read (with a warning) so older files load; the
+    /// check moves it there and clears it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spool_max_bytes: Option<u64>,
     /// Connect timeout, ms.
     pub connect_timeout_ms: u64,
     /// QUIC idle timeout, ms.
@@ -118,7 +120,7 @@ impl Default for UplinkSection {
             batch_interval_ms: 1000,
             batch_max_rows: 50_000,
             max_in_flight: 32,
-            spool_max_bytes: 256 * 1024 * 1024,
+            spool_max_bytes: None,
             connect_timeout_ms: 5000,
             idle_timeout_ms: 15_000,
             backoff_max_ms: 5000,
@@ -175,15 +177,23 @@ impl AgentConfig {
     }
 }
 
+/// Default cap of the memory spool (no `spool.dir`), bytes.
+pub const MEMORY_SPOOL_DEFAULT_BYTES: u64 = 256 * 1024 * 1024;
+/// Default cap of the disk spool, bytes.
+pub const DISK_SPOOL_DEFAULT_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// `[spool]`: where batches wait for their acknowledgement.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SpoolSection {
     /// Directory of the on-disk spool (unset: batches are kept in memory, capped by
-    /// `uplink.spool_max_bytes`, and lost when the agent stops).
+    /// `max_bytes`, and lost when the agent stops).
     pub dir: Option<PathBuf>,
-    /// Disk cap of the on-disk spool, bytes (oldest samples are dropped beyond it; events never).
-    pub max_bytes: u64,
+    /// Cap of un-acknowledged batches, bytes: on disk with `dir`, else in memory (oldest samples
+    /// are dropped beyond it; events never). Unset: [`MEMORY_SPOOL_DEFAULT_BYTES`] in memory,
+    /// [`DISK_SPOOL_DEFAULT_BYTES`] on disk; the check fills it in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
     /// `always`, `interval` (at most once a second) or `never`.
     pub fsync: crate::spool::FsyncPolicy,
     /// Memory for batches the disk refuses (full, read-only, I/O errors), bytes: they wait here
@@ -196,7 +206,7 @@ impl Default for SpoolSection {
     fn default() -> Self {
         SpoolSection {
             dir: None,
-            max_bytes: 1024 * 1024 * 1024,
+            max_bytes: None,
             fsync: crate::spool::FsyncPolicy::Interval,
             memory_fallback_bytes: 64 * 1024 * 1024,
         }
@@ -273,8 +283,52 @@ impl AgentConfig {
             .map_err(|e| ConfigError::Invalid(format!("cannot render the configuration: {e}")))
     }
 
-    /// Fills derived defaults (host name, agent id) and checks ranges.
-    pub fn finish(mut self) -> Result<Self, ConfigError> {
+    /// Checks the layered configuration (see [`Check`] for what it does).
+    pub fn finish(self) -> Result<ValidConfig, ConfigError> {
+        Valid::new(self)
+    }
+
+    /// Millisecond fields as durations.
+    pub fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+}
+
+/// The agent configuration after its check: what the runner takes.
+pub type ValidConfig = Valid<AgentConfig>;
+
+impl SpoolSection {
+    /// The cap of the spool, bytes (resolved by the check; the mode's default before it).
+    pub fn cap_bytes(&self) -> u64 {
+        self.max_bytes.unwrap_or(if self.dir.is_some() {
+            DISK_SPOOL_DEFAULT_BYTES
+        } else {
+            MEMORY_SPOOL_DEFAULT_BYTES
+        })
+    }
+}
+
+impl Check for AgentConfig {
+    /// Fills derived defaults (host name, agent id, the spool cap), moves the former
+    /// `uplink.spool_max_bytes` to `spool.max_bytes`, and checks ranges.
+    fn check(mut self) -> Result<Self, ConfigError> {
+        if let Some(old) = self.uplink.spool_max_bytes.take() {
+            match self.spool.max_bytes {
+                Some(new) if new != old => {
+                    return Err(ConfigError::Invalid(format!(
+                        "uplink.spool_max_bytes ({old}) and spool.max_bytes ({new}) disagree: \
+                         uplink.spool_max_bytes is the former name of spool.max_bytes; keep only spool.max_bytes"
+                    )));
+                }
+                _ => {
+                    tracing::warn!(
+                        "uplink.spool_max_bytes is the former name of spool.max_bytes; it still applies, rename it"
+                    );
+                    self.spool.max_bytes = Some(old);
+                }
+            }
+        }
+        self.spool.max_bytes = Some(self.spool.cap_bytes());
         if self.agent.node.is_empty() {
             self.agent.node = hostname();
         }
@@ -294,7 +348,7 @@ impl AgentConfig {
         if self.uplink.batch_interval_ms == 0 || self.uplink.batch_max_rows == 0 {
             return bad("uplink.batch_interval_ms and uplink.batch_max_rows must be > 0");
         }
-        if self.spool.dir.is_some() && self.spool.max_bytes < 1024 * 1024 {
+        if self.spool.cap_bytes() < 1024 * 1024 {
             return bad("spool.max_bytes must be at least 1 MiB");
         }
         for (key, path) in [
@@ -329,11 +383,6 @@ impl AgentConfig {
         }
         Ok(self)
     }
-
-    /// Millisecond fields as durations.
-    pub fn ms(v: u64) -> Duration {
-        Duration::from_millis(v)
-    }
 }
 
 /// The host name (`/proc/sys/kernel/hostname`), or `localhost`.
@@ -361,6 +410,29 @@ mod tests {
             .finish()
             .unwrap_err();
         assert!(err.to_string().contains("interval_ms"), "{err}");
+    }
+
+    #[test]
+    fn the_spool_cap_is_one_key_with_a_default_per_mode() {
+        let check = |text: &str| AgentConfig::parse(text, Path::new("x.toml")).unwrap().finish();
+        let memory = check("").unwrap();
+        assert_eq!(memory.spool.max_bytes, Some(MEMORY_SPOOL_DEFAULT_BYTES));
+        let disk = check("[spool]\ndir = \"/var/lib/oomlens/spool\"\n").unwrap();
+        assert_eq!(disk.spool.max_bytes, Some(DISK_SPOOL_DEFAULT_BYTES));
+        let set = check("[spool]\nmax_bytes = 5242880\n").unwrap();
+        assert_eq!(set.spool.cap_bytes(), 5 << 20);
+        // The former key still applies, moves to spool.max_bytes and is not printed again.
+        let old = check("[uplink]\nspool_max_bytes = 3145728\n").unwrap();
+        assert_eq!((old.spool.max_bytes, old.uplink.spool_max_bytes), (Some(3 << 20), None));
+        assert!(!old.to_toml().unwrap().contains("spool_max_bytes"));
+        assert!(check("[uplink]\nspool_max_bytes = 3145728\n[spool]\nmax_bytes = 3145728\n").is_ok());
+        let err = check("[uplink]\nspool_max_bytes = 3145728\n[spool]\nmax_bytes = 5242880\n").unwrap_err();
+        assert!(err.to_string().contains("keep only spool.max_bytes"), "{err}");
+        let err = check("[spool]\nmax_bytes = 1000\n").unwrap_err();
+        assert!(err.to_string().contains("at least 1 MiB"), "{err}");
+        // A checked configuration checks again to itself (print-config output loads unchanged).
+        let again = check(&disk.to_toml().unwrap()).unwrap();
+        assert_eq!(again, disk);
     }
 
     /// Every key of the default configuration, dotted (`uplink.batch_max_rows`); tables whose
@@ -407,7 +479,14 @@ mod tests {
             .collect();
         assert!(wrong.is_empty(), "defaults in docs/configuration.md differ from the code: {wrong:?}");
         // Options without a default value are not in the rendered defaults; they are documented too.
-        for k in ["agent.node", "agent.agent_id", "spool.dir", "telemetry.listen", "simulator.log_dir"] {
+        for k in [
+            "agent.node",
+            "agent.agent_id",
+            "spool.dir",
+            "spool.max_bytes",
+            "telemetry.listen",
+            "simulator.log_dir",
+        ] {
             assert!(docs.contains(&format!("| `{k}` |")), "{k}");
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
-use oomlens_agent::config::{AgentConfig, SourceKind};
+use oomlens_agent::config::{AgentConfig, SourceKind, ValidConfig};
 use oomlens_agent::detect::parse::command::ParseCommandError;
 use oomlens_agent::runner::run_agent;
 use oomlens_agent::source::nvml::{NvmlOptions, smoke_report};
@@ -125,7 +125,7 @@ struct RunArgs {
 }
 
 impl RunArgs {
-    fn config(&self) -> anyhow::Result<AgentConfig> {
+    fn config(&self) -> anyhow::Result<ValidConfig> {
         let mut cfg = AgentConfig::load_layered(self.config.as_deref(), std::env::vars())?;
         macro_rules! set {
             ($($field:ident => $target:expr),* $(,)?) => { $( if let Some(v) = &self.$field { $target = v.clone(); } )* };
@@ -184,7 +184,7 @@ impl HookListenArgs {
             cfg.hook.group = group.clone();
         }
         let cfg = cfg.finish()?;
-        Ok((cfg.hook, cfg.workload))
+        Ok((cfg.hook.clone(), cfg.workload.clone()))
     }
 }
 

@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use crate::config::{AgentConfig, SourceKind};
+use crate::config::{AgentConfig, SourceKind, ValidConfig};
 use crate::metrics::AgentMetrics;
 use crate::pipeline::recorder::{FlightRecorder, RecorderError};
 use crate::pipeline::sampler::{BatcherConfig, Clock, SamplerConfig, now_ms, run_batcher, spawn_sampler};
@@ -59,14 +59,18 @@ pub enum RunError {
 /// Opens the configured spool: the disk spool (its boot id and next sequence number carry over
 /// restarts) or the memory spool (a random boot id, sequence numbers from 1).
 pub fn open_spool(
-    cfg: &AgentConfig,
+    cfg: &ValidConfig,
     metrics: &Arc<AgentMetrics>,
     degraded: &Degraded,
 ) -> Result<(Box<dyn Spool>, u64, u64), RunError> {
     let Some(dir) = &cfg.spool.dir else {
-        return Ok((Box::new(MemorySpool::new(cfg.uplink.spool_max_bytes)), rand::random::<u64>() | 1, 1));
+        return Ok((
+            Box::new(MemorySpool::new(usize::try_from(cfg.spool.cap_bytes()).unwrap_or(usize::MAX))),
+            rand::random::<u64>() | 1,
+            1,
+        ));
     };
-    let (mut spool, state) = DiskSpool::open(dir, cfg.spool.max_bytes, cfg.spool.fsync)?;
+    let (mut spool, state) = DiskSpool::open(dir, cfg.spool.cap_bytes(), cfg.spool.fsync)?;
     let r = state.recovery;
     metrics.spool_corrupt_records.inc_by(r.corrupt_ranges);
     metrics.spool_truncated_bytes.inc_by(r.truncated_bytes);
@@ -81,7 +85,7 @@ pub fn open_spool(
 /// takes back the events a previous run detected but did not spool. Call it after
 /// [`open_spool`], whose directory lock covers the journal.
 pub fn open_event_stage(
-    cfg: &AgentConfig,
+    cfg: &ValidConfig,
     metrics: &Arc<AgentMetrics>,
 ) -> Result<crate::pipeline::event_stage::EventStage, RunError> {
     let stage = crate::pipeline::event_stage::EventStage::from_config(&cfg.detect, Some(metrics.clone()));
@@ -95,7 +99,7 @@ pub fn open_event_stage(
 }
 
 /// Builds the configured source.
-pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, RunError> {
+pub fn open_source(cfg: &ValidConfig, start_ms: i64) -> Result<Box<dyn Source>, RunError> {
     Ok(match cfg.source.kind {
         SourceKind::Nvml => Box::new(NvmlSource::open(NvmlOptions {
             call_timeout: Duration::from_millis(cfg.source.nvml_call_timeout_ms),
@@ -118,14 +122,14 @@ pub fn open_source(cfg: &AgentConfig, start_ms: i64) -> Result<Box<dyn Source>, 
 /// How long the sampler may go without taking a reading before `/healthz` reports the agent
 /// stalled (a wedged sampler or batcher): ten reading intervals of real time, at least 30 s (NVML
 /// calls that hang time out on their own threads well within that).
-fn sampler_max_silence(cfg: &AgentConfig) -> Duration {
+fn sampler_max_silence(cfg: &ValidConfig) -> Duration {
     let interval_ms = cfg.recorder_settings().sample_interval_ms().max(1) as f64;
     let speed = if cfg.source.kind == SourceKind::Simulator { cfg.source.speed.max(1e-3) } else { 1.0 };
     Duration::from_secs(30).max(Duration::from_secs_f64(10.0 * interval_ms / 1000.0 / speed))
 }
 
 /// Runs the agent until its source's duration ends (then drains) or `stop` turns true.
-pub async fn run_agent(cfg: AgentConfig, mut stop: watch::Receiver<bool>) -> Result<UplinkTotals, RunError> {
+pub async fn run_agent(cfg: ValidConfig, mut stop: watch::Receiver<bool>) -> Result<UplinkTotals, RunError> {
     let mut registry = Registry::default();
     let metrics = AgentMetrics::register(&mut registry);
     let readiness = Readiness::default();

@@ -6,50 +6,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
+
+use oomlens_devkit::clitest::{command, failed, ok, repo_root, toml_keys};
 
 fn bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oomlens-agent"));
-    // Only the variables a test sets: no OOMLENS_* from the developer's shell.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OOMLENS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("OOMLENS_LOG", "error");
-    cmd
+    command(env!("CARGO_BIN_EXE_oomlens-agent"))
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn failed(out: Output) -> String {
-    assert!(!out.status.success(), "unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8(out.stderr).unwrap()
+    repo_root(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Dotted keys of a TOML document (`uplink.collectors`); `simulator.mix` counts as one key.
 fn keys(doc: &toml::Table) -> Vec<String> {
-    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
-        for (k, v) in t {
-            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-            match v {
-                toml::Value::Table(_) if key == "simulator.mix" => out.push(key),
-                toml::Value::Table(t) => walk(&key, t, out),
-                _ => out.push(key),
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk("", doc, &mut out);
-    out
+    toml_keys(doc, &["simulator.mix"])
 }
 
 #[test]
@@ -151,40 +123,13 @@ fn systemd_unit_is_hardened() {
 
 #[test]
 fn completions_and_man_pages_generate() {
-    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-        let out = ok(bin().args(["completions", shell]).output().unwrap());
-        assert!(out.contains("oomlens-agent") && out.contains("print-config"), "{shell}: {out}");
-    }
-    let page = ok(bin().arg("man").output().unwrap());
-    assert!(page.contains(".TH oomlens-agent 1") && page.contains("print\\-config"), "{page}");
-    let dir = tempfile::tempdir().unwrap();
-    ok(bin().args(["man", "--out-dir"]).arg(dir.path().join("man1")).output().unwrap());
-    for page in ["oomlens-agent.1", "oomlens-agent-run.1", "oomlens-agent-print-config.1"] {
-        let text = std::fs::read_to_string(dir.path().join("man1").join(page)).unwrap();
-        assert!(text.contains(".SH"), "{page}");
-    }
-    let run = std::fs::read_to_string(dir.path().join("man1/oomlens-agent-run.1")).unwrap();
+    let dir = oomlens_devkit::clitest::assert_completions_and_man(
+        env!("CARGO_BIN_EXE_oomlens-agent"),
+        "oomlens-agent",
+        "print-config",
+    );
+    let run = std::fs::read_to_string(dir.path().join("oomlens-agent-run.1")).unwrap();
     assert!(run.contains("\\-\\-collector") && run.contains("\\-\\-print\\-config"), "{run}");
-}
-
-/// Metric family names of an encoded registry (`# TYPE <name> <type>` lines).
-fn families(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Names passed to `register("<name>", …)` in a metrics source file, with the registry's prefix.
-fn registered(source: &Path, prefix: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(source).unwrap();
-    text.split("register(")
-        .skip(1)
-        .filter_map(|rest| rest.trim_start().strip_prefix('"'))
-        .filter_map(|rest| rest.split('"').next())
-        .map(|name| format!("{prefix}_{name}"))
-        .collect()
 }
 
 #[test]
@@ -193,26 +138,13 @@ fn every_metric_is_documented_in_operations_md() {
     let _metrics = oomlens_agent::metrics::AgentMetrics::register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    // Families without a child yet are not encoded: take their names from the registrations.
-    let mut names = families(&text);
-    names.extend(registered(&repo().join("agent/src/metrics.rs"), "oomlens_agent"));
-    names.sort();
-    names.dedup();
+    let names = oomlens_devkit::clitest::assert_metrics_documented(
+        &repo(),
+        &text,
+        "agent/src/metrics.rs",
+        "oomlens_agent",
+    );
     assert!(names.len() > 30, "{names:?}");
-    let docs = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
-    let missing: Vec<_> = names.iter().filter(|n| !docs.contains(&format!("`{n}"))).collect();
-    assert!(missing.is_empty(), "agent metrics not described in docs/operations.md: {missing:?}");
-    // Every agent metric the alert rules use exists (counters end in _total, histograms in _bucket).
-    let alerts = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yaml")).unwrap();
-    let used: Vec<&str> = alerts
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("oomlens_agent_"))
-        .collect();
-    assert!(!used.is_empty());
-    for w in used {
-        let base = w.strip_suffix("_total").or_else(|| w.strip_suffix("_bucket")).unwrap_or(w);
-        assert!(names.iter().any(|n| n == base), "alerts.yaml uses unknown metric {w}");
-    }
 }
 
 /// `oomlens-agent parse … | head -1`: the reader closing the pipe ends the command quietly and

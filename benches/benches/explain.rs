@@ -11,8 +11,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use oomlens_collector::attribution::{OomFeatures, attribute};
-use oomlens_collector::explain::explain_text;
+use oomlens_collector::analysis::explain::explain_text;
+use oomlens_collector::analysis::{OomFeatures, attribute};
 use oomlens_parse::LineFormat;
 use oomlens_parse::command::parse_reader;
 

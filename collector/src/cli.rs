@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::clickhouse::ChConfig;
-use crate::config::{CollectorConfig, ConfigError};
+use crate::config::{CollectorConfig, ConfigError, ValidConfig};
 
 /// Where ClickHouse is (flags override the config file).
 #[derive(Debug, Clone, Args)]
@@ -45,7 +45,7 @@ pub struct ChArgs {
 
 impl ChArgs {
     /// The whole collector config: file (or defaults) with these flags applied.
-    pub fn collector_config(&self) -> Result<CollectorConfig, ConfigError> {
+    pub fn collector_config(&self) -> Result<ValidConfig, ConfigError> {
         let mut cfg = self.layered_config()?;
         self.apply(&mut cfg.clickhouse);
         cfg.finish()
@@ -58,7 +58,7 @@ impl ChArgs {
 
     /// The ClickHouse settings alone.
     pub fn clickhouse(&self) -> Result<ChConfig, ConfigError> {
-        Ok(self.collector_config()?.clickhouse)
+        Ok(self.collector_config()?.into_raw().clickhouse)
     }
 
     /// Applies the ClickHouse flags that were given to `ch`.

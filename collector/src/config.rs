@@ -10,9 +10,9 @@ use oomlens_schema::tls::TlsFiles;
 use serde::{Deserialize, Serialize};
 
 use crate::clickhouse::ChConfig;
-use crate::server::ServerConfig;
+use crate::ingest::server::ServerConfig;
 
-pub use oomlens_schema::config::ConfigError;
+pub use oomlens_schema::config::{Check, ConfigError, Valid};
 
 /// `[collector]`: the QUIC listener.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -100,7 +100,7 @@ pub struct TelemetrySection {
 }
 
 /// `[attribution]`: the attributor that stores each OOM event's attribution once
-/// (`oom_attributions`, [`crate::attribution::store`]).
+/// (`oom_attributions`, [`crate::analysis::store`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AttributionSection {
@@ -123,13 +123,13 @@ pub struct AttributionSection {
 
 impl Default for AttributionSection {
     fn default() -> Self {
-        use crate::attribution::store;
+        use crate::analysis::store;
         AttributionSection {
             enabled: true,
             interval_ms: 60_000,
             settle_ms: store::DEFAULT_SETTLE_MS as u64,
             lookback_ms: 7 * 86_400_000,
-            window_ms: crate::attribution::features::DEFAULT_WINDOW_MS as u64,
+            window_ms: crate::analysis::features::DEFAULT_WINDOW_MS as u64,
             chunk_events: store::DEFAULT_CHUNK_EVENTS,
             chunk_span_ms: store::DEFAULT_CHUNK_SPAN_MS as u64,
         }
@@ -138,9 +138,9 @@ impl Default for AttributionSection {
 
 impl AttributionSection {
     /// The attributor's settings (values beyond `i64::MAX` ms are clamped).
-    pub fn settings(&self) -> crate::attribution::store::AttributorSettings {
+    pub fn settings(&self) -> crate::analysis::store::AttributorSettings {
         let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        crate::attribution::store::AttributorSettings {
+        crate::analysis::store::AttributorSettings {
             interval: Duration::from_millis(self.interval_ms),
             settle_ms: ms(self.settle_ms),
             lookback_ms: ms(self.lookback_ms),
@@ -181,7 +181,7 @@ impl CollectorConfig {
     /// Defaults with the collector's listener, id and TLS files from a development PKI, storing
     /// into `clickhouse` (tests, the demo, the benchmarks; not finished yet).
     pub fn with_dev_pki(
-        pki: &crate::certs::DevPki,
+        pki: &crate::ingest::certs::DevPki,
         listen: std::net::SocketAddr,
         collector_id: &str,
         clickhouse: ChConfig,
@@ -223,8 +223,18 @@ impl CollectorConfig {
             .map_err(|e| ConfigError::Invalid(format!("cannot render the configuration: {e}")))
     }
 
-    /// Fills derived defaults and checks ranges.
-    pub fn finish(mut self) -> Result<Self, ConfigError> {
+    /// Checks the layered configuration (see [`Check`] for what it does).
+    pub fn finish(self) -> Result<ValidConfig, ConfigError> {
+        Valid::new(self)
+    }
+}
+
+/// The collector configuration after its check: what the service takes.
+pub type ValidConfig = Valid<CollectorConfig>;
+
+impl Check for CollectorConfig {
+    /// Fills derived defaults (collector id, connection limits) and checks ranges.
+    fn check(mut self) -> Result<Self, ConfigError> {
         if self.collector.collector_id.is_empty() {
             self.collector.collector_id = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_owned())
@@ -291,7 +301,9 @@ impl CollectorConfig {
         }
         Ok(self)
     }
+}
 
+impl CollectorConfig {
     /// The QUIC server settings.
     pub fn server(&self) -> ServerConfig {
         let c = &self.collector;
@@ -441,10 +453,11 @@ mod tests {
 
     #[test]
     fn printed_configuration_parses_back_and_hides_the_password() {
-        let mut cfg = CollectorConfig::load_layered(None, Vec::new()).unwrap().finish().unwrap();
+        let cfg = CollectorConfig::load_layered(None, Vec::new()).unwrap().finish().unwrap();
         let text = cfg.to_toml().unwrap();
         let back: CollectorConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.finish().unwrap(), cfg);
+        let mut cfg = cfg.into_raw();
         cfg.clickhouse.password = "s3cret".to_owned();
         let text = cfg.to_toml().unwrap();
         assert!(!text.contains("s3cret") && text.contains("<redacted>"), "{text}");

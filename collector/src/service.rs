@@ -17,9 +17,9 @@ use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 use crate::clickhouse::{Ch, ChConfig, ChError, Sink, SinkStats};
-use crate::config::CollectorConfig;
+use crate::config::ValidConfig;
+use crate::ingest::server::{Server, ServerError};
 use crate::metrics::CollectorMetrics;
-use crate::server::{Server, ServerError};
 
 /// The collector could not start.
 #[derive(Debug, thiserror::Error)]
@@ -99,14 +99,14 @@ async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metri
     }
 }
 
-/// Starts the periodic attributor ([`crate::attribution::store::spawn_attributor`]) with its
+/// Starts the periodic attributor ([`crate::analysis::store::spawn_attributor`]) with its
 /// outcome counted in `metrics`.
 fn spawn_attributor(
     ch: &Ch,
     cfg: &crate::config::AttributionSection,
     metrics: Arc<CollectorMetrics>,
 ) -> JoinHandle<()> {
-    use crate::attribution::store;
+    use crate::analysis::store;
     let observer: store::PassObserver = Box::new(move |result, took| {
         metrics.attribution_pass_seconds.observe(took.as_secs_f64());
         match result {
@@ -137,7 +137,7 @@ pub struct RunningCollector {
     /// Readiness as `/readyz` reports it.
     pub readiness: Readiness,
     shutdown: watch::Sender<bool>,
-    tls: crate::auth::TlsReloader,
+    tls: crate::ingest::auth::TlsReloader,
     server: JoinHandle<()>,
     sink_task: crate::clickhouse::SinkTask,
     background: Vec<JoinHandle<()>>,
@@ -161,7 +161,7 @@ impl RunningCollector {
     /// Re-reads the CA bundle, certificate and key now (SIGHUP) and, when they are valid, uses
     /// them for new connections; open connections keep theirs. A broken file leaves the current
     /// material in force.
-    pub fn reload_tls(&self) -> crate::auth::TlsReloadOutcome {
+    pub fn reload_tls(&self) -> crate::ingest::auth::TlsReloadOutcome {
         self.tls.reload(true)
     }
 
@@ -179,7 +179,7 @@ impl RunningCollector {
 /// once, not after ClickHouse answers), then waits (retrying) for ClickHouse; `stop` aborts that
 /// wait.
 pub async fn start(
-    cfg: CollectorConfig,
+    cfg: ValidConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunningCollector, ServiceError> {
     let server_cfg = cfg.server();

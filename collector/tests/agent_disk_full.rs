@@ -17,6 +17,7 @@ use common::exact::http_get;
 use common::*;
 use oomlens_agent::source::Source;
 use oomlens_agent::source::sim::Simulator;
+use oomlens_devkit::tinyfs::TinyFs;
 
 /// Rows the simulator of `cfg` produces in `seconds` (one reading per second).
 fn produced(node: &str, cfg: &oomlens_agent::source::sim::SimConfig, seconds: i64) -> (u64, u64, Vec<u64>) {
@@ -58,7 +59,7 @@ async fn a_full_spool_disk_loses_no_event_and_counts_every_dropped_sample() {
     cfg.simulator.gpus = 8;
     cfg.simulator.extra_processes_per_gpu = 24;
     cfg.spool.dir = Some(disk.path().join("spool"));
-    cfg.spool.max_bytes = 64 << 20;
+    cfg.spool.max_bytes = Some(64 << 20);
     cfg.spool.memory_fallback_bytes = 1 << 20;
     cfg.telemetry.listen = Some(telemetry);
     let (want_gpu, want_procs, want_events) = produced(node, &cfg.simulator, duration as i64);

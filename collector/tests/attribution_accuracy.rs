@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use oomlens_agent::source::sim::ScenarioMix;
-use oomlens_collector::attribution::{
+use oomlens_collector::analysis::{
     self, AttributedEvent, ConfusionMatrix, EventEvidence, FeatureWindow, OomFeatures, Rule, attribute,
 };
 use oomlens_schema::Scenario;
@@ -24,7 +24,7 @@ use oomlens_schema::Scenario;
 /// The failure-heavy mix of `oomlens accuracy`.
 fn mix() -> ScenarioMix {
     let mut text = String::new();
-    for (name, weight) in attribution::accuracy::ACCURACY_MIX {
+    for (name, weight) in analysis::accuracy::ACCURACY_MIX {
         text.push_str(&format!("{name} = {weight}\n"));
     }
     toml::from_str(&text).unwrap()
@@ -102,7 +102,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
 
     let db = client(&ch.url());
     let started = std::time::Instant::now();
-    let events = attribution::attribute_window(&db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let events = analysis::attribute_window(&db, "oomlens", &FeatureWindow::ALL).await.unwrap();
     let took = started.elapsed();
     assert_eq!(events.len() as u64, events_sent, "one feature row per event");
     let matrix = ConfusionMatrix::from_events(&events);
@@ -179,7 +179,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
 
     // Neighbours: every contention event names at least one neighbour that was present.
     let neighbours =
-        attribution::features::fetch_neighbours(&db, "oomlens", &FeatureWindow::ALL, 5).await.unwrap();
+        analysis::features::fetch_neighbours(&db, "oomlens", &FeatureWindow::ALL, 5).await.unwrap();
     for e in events.iter().filter(|e| e.attribution.rule == Rule::NeighboursTookIt) {
         let mine: Vec<_> = neighbours
             .iter()
@@ -199,7 +199,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
 /// Checks the adversarial cases (`docs/attribution.md`): each must occur in the run and be attributed
 /// to its true scenario.
 fn adversarial(events: &[AttributedEvent]) {
-    for case in attribution::accuracy::adversarial_cases(events) {
+    for case in analysis::accuracy::adversarial_cases(events) {
         println!("adversarial: {case}");
         assert!(case.events > 0, "the run has no case of: {}", case.name);
         assert_eq!(case.right, case.events, "{case}");

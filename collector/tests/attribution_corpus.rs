@@ -10,8 +10,8 @@
 
 use std::fmt::Write as _;
 
-use oomlens_collector::attribution::accuracy::{ConfusionMatrix, Reliability, RuleScores};
-use oomlens_collector::explain::explain_text;
+use oomlens_collector::analysis::accuracy::{ConfusionMatrix, Reliability, RuleScores};
+use oomlens_collector::analysis::explain::explain_text;
 use oomlens_schema::Scenario;
 
 /// The lowest macro accuracy accepted (the measured value less a margin; see the module docs).

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use oomlens_collector::attribution::{self, FeatureWindow, Rule};
+use oomlens_collector::analysis::{self, FeatureWindow, Rule};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn features_decode_and_each_case_fires_its_rule() {
@@ -16,7 +16,7 @@ async fn features_decode_and_each_case_fires_its_rule() {
     insert_sql_fixtures(&ch, &FIXTURE_TABLES, 1).await;
     let db = ch.client();
 
-    let events = attribution::attribute_window_live(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let events = analysis::attribute_window_live(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
     let distinct: u64 = db
         .query("SELECT uniqExact(cluster, node, event_id) FROM oomlens.oom_events")
         .fetch_one()
@@ -26,7 +26,7 @@ async fn features_decode_and_each_case_fires_its_rule() {
     let kinds: std::collections::BTreeSet<_> = events.iter().map(|e| e.features.kind.clone()).collect();
     assert_eq!(kinds.len(), 4, "every event kind is covered: {kinds:?}");
     // The stored path (stored rows re-derived and re-scored, the rest live) covers every event.
-    let stored = attribution::attribute_window(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let stored = analysis::attribute_window(db, "oomlens", &FeatureWindow::ALL).await.unwrap();
     assert_eq!(stored.len(), events.len());
 
     // The hand-made cases, one per rule.
@@ -95,7 +95,7 @@ async fn features_decode_and_each_case_fires_its_rule() {
 
     // Neighbours: ranked by growth, the failing process excluded; host OOM: the whole node.
     let neighbours =
-        attribution::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 5).await.unwrap();
+        analysis::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 5).await.unwrap();
     let of = |n: u64| -> Vec<u32> {
         neighbours
             .iter()
@@ -108,11 +108,11 @@ async fn features_decode_and_each_case_fires_its_rule() {
     assert_eq!(of(11), [60_011]);
     let top = neighbours.iter().find(|x| x.event_id == 7_000_000_000_000_000_004).unwrap();
     assert_eq!((top.growth_bytes, top.present, top.neighbour_name.as_str()), (34 << 30, 1, "vllm"));
-    let one = attribution::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 1).await.unwrap();
+    let one = analysis::features::fetch_neighbours(db, "oomlens", &FeatureWindow::ALL, 1).await.unwrap();
     assert!(one.iter().filter(|x| x.event_id == 7_000_000_000_000_000_004).count() == 1);
     // One event, as a postmortem asks for it.
     let ts4 = case(4).features.ts_ms;
-    let explained = attribution::explain_event(
+    let explained = analysis::explain_event(
         db,
         "oomlens",
         "attr-lab",
@@ -127,9 +127,8 @@ async fn features_decode_and_each_case_fires_its_rule() {
     .expect("case 4");
     assert_eq!(explained.event, *case(4));
     assert_eq!(explained.neighbours.iter().map(|n| n.neighbour_pid).collect::<Vec<_>>(), [60_004, 60_005]);
-    let none = attribution::explain_event(db, "oomlens", "attr-lab", "gpu-node-21", 1, ts4, 60_000, 3)
-        .await
-        .unwrap();
+    let none =
+        analysis::explain_event(db, "oomlens", "attr-lab", "gpu-node-21", 1, ts4, 60_000, 3).await.unwrap();
     assert!(none.is_none());
     drop(ch);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

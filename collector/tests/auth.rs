@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use oomlens_collector::auth::TlsReloadOutcome;
-use oomlens_collector::certs::{CertFiles, DevCa, DevPki, LeafSpec, Role, write_minted};
+use oomlens_collector::ingest::auth::TlsReloadOutcome;
+use oomlens_collector::ingest::certs::{CertFiles, DevCa, DevPki, LeafSpec, Role, write_minted};
 use oomlens_collector::service::RunningCollector;
 use oomlens_schema::tls::{TlsFiles, client_config};
 use oomlens_schema::transport::read_frame;

@@ -173,13 +173,16 @@ async fn clickhouse_unreachable_at_start_is_retried_without_panic() {
     let mut broken = cfg.clone();
     broken.collector.cert = dir.path().join("missing.pem");
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let err = tokio::time::timeout(Duration::from_secs(5), oomlens_collector::service::start(broken, rx))
-        .await
-        .expect("refused without waiting for ClickHouse")
-        .unwrap_err();
+    let err = tokio::time::timeout(
+        Duration::from_secs(5),
+        oomlens_collector::service::start(broken.finish().unwrap(), rx),
+    )
+    .await
+    .expect("refused without waiting for ClickHouse")
+    .unwrap_err();
     assert!(err.to_string().contains("missing.pem"), "{err}");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let starting = tokio::spawn(oomlens_collector::service::start(cfg, stop_rx));
+    let starting = tokio::spawn(oomlens_collector::service::start(cfg.finish().unwrap(), stop_rx));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!starting.is_finished(), "still retrying while ClickHouse is down");
     let mut ch = tokio::task::spawn_blocking(move || {

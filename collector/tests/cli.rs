@@ -1,4 +1,4 @@
-//! The `oomlens-collector` and `oomlens` binaries' configuration surface and generated files: the
+//! The `oomlens-collector` binary's configuration surface and generated files: the
 //! sample `deploy/systemd/collector.toml` parses and lists every key, `print-config` /
 //! `serve --print-config` layer file, `OOMLENS_<SECTION>__<KEY>` variables and flags, hide the
 //! password and refuse bad input, the systemd unit keeps its hardening, and the shell completions
@@ -6,51 +6,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 
-fn bin(name: &str) -> Command {
-    let path = match name {
-        "oomlens" => env!("CARGO_BIN_EXE_oomlens"),
-        _ => env!("CARGO_BIN_EXE_oomlens-collector"),
-    };
-    let mut cmd = Command::new(path);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OOMLENS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("OOMLENS_LOG", "error");
-    cmd
+use oomlens_devkit::clitest::{command, failed, ok, repo_root, toml_keys};
+
+fn bin(_name: &str) -> Command {
+    command(env!("CARGO_BIN_EXE_oomlens-collector"))
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn failed(out: Output) -> String {
-    assert!(!out.status.success(), "unexpectedly succeeded: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8(out.stderr).unwrap()
+    repo_root(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn keys(doc: &toml::Table) -> Vec<String> {
-    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
-        for (k, v) in t {
-            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-            match v {
-                toml::Value::Table(t) => walk(&key, t, out),
-                _ => out.push(key),
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk("", doc, &mut out);
-    out
+    toml_keys(doc, &[])
 }
 
 #[test]
@@ -160,38 +130,11 @@ fn systemd_unit_is_hardened() {
 
 #[test]
 fn completions_and_man_pages_generate() {
-    for (name, sub) in [("oomlens-collector", "print-config"), ("oomlens", "accuracy")] {
-        for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-            let out = ok(bin(name).args(["completions", shell]).output().unwrap());
-            assert!(out.contains(name) && out.contains(sub), "{name} {shell}: {out}");
-        }
-        let page = ok(bin(name).arg("man").output().unwrap());
-        assert!(page.contains(&format!(".TH {name} 1")), "{page}");
-        let dir = tempfile::tempdir().unwrap();
-        ok(bin(name).args(["man", "--out-dir"]).arg(dir.path()).output().unwrap());
-        let text = std::fs::read_to_string(dir.path().join(format!("{name}-{sub}.1"))).unwrap();
-        assert!(text.contains(".SH"), "{name}-{sub}.1");
-    }
-}
-
-/// Metric family names of an encoded registry (`# TYPE <name> <type>` lines).
-fn families(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Names passed to `register("<name>", …)` in a metrics source file, with the registry's prefix.
-fn registered(source: &Path, prefix: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(source).unwrap();
-    text.split("register(")
-        .skip(1)
-        .filter_map(|rest| rest.trim_start().strip_prefix('"'))
-        .filter_map(|rest| rest.split('"').next())
-        .map(|name| format!("{prefix}_{name}"))
-        .collect()
+    oomlens_devkit::clitest::assert_completions_and_man(
+        env!("CARGO_BIN_EXE_oomlens-collector"),
+        "oomlens-collector",
+        "print-config",
+    );
 }
 
 #[test]
@@ -201,24 +144,11 @@ fn every_metric_is_documented_in_operations_md() {
     let _metrics = oomlens_collector::metrics::CollectorMetrics::register(&mut registry, Some(stats));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-    // Families without a child yet are not encoded: take their names from the registrations.
-    let mut names = families(&text);
-    names.extend(registered(&repo().join("collector/src/metrics.rs"), "oomlens_collector"));
-    names.sort();
-    names.dedup();
+    let names = oomlens_devkit::clitest::assert_metrics_documented(
+        &repo(),
+        &text,
+        "collector/src/metrics.rs",
+        "oomlens_collector",
+    );
     assert!(names.len() > 20, "{names:?}");
-    let docs = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
-    let missing: Vec<_> = names.iter().filter(|n| !docs.contains(&format!("`{n}"))).collect();
-    assert!(missing.is_empty(), "collector metrics not described in docs/operations.md: {missing:?}");
-    // Every collector metric the alert rules use exists (counters end in _total, histograms in _bucket).
-    let alerts = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yaml")).unwrap();
-    let used: Vec<&str> = alerts
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("oomlens_collector_"))
-        .collect();
-    assert!(!used.is_empty());
-    for w in used {
-        let base = w.strip_suffix("_total").or_else(|| w.strip_suffix("_bucket")).unwrap_or(w);
-        assert!(names.iter().any(|n| n == base), "alerts.yaml uses unknown metric {w}");
-    }
 }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use oomlens_collector::clickhouse::{Ch, ChConfig, ChError, Sink};
-use oomlens_collector::devch::DevClickHouse;
 use oomlens_collector::identity::AgentIdentity;
+use oomlens_devkit::devch::DevClickHouse;
 use oomlens_schema::ddl::{Retention, SchemaMismatch};
 use oomlens_schema::rows::{AgentRow, GpuSampleRow, OomEventRow, ProcessSampleRow};
 use oomlens_schema::{

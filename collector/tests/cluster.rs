@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
-use oomlens_collector::attribution::FeatureWindow;
-use oomlens_collector::attribution::store::{self, AttributeOptions};
+use oomlens_collector::analysis::FeatureWindow;
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::store::{self, AttributeOptions};
 use oomlens_collector::clickhouse::client::DISTRIBUTED_PRODUCT_SETTING;
 use oomlens_collector::clickhouse::{Ch, ChConfig, ChError};
-use oomlens_collector::devch::DevClickHouse;
-use oomlens_collector::queries::{self, ParamValue};
+use oomlens_devkit::devch::DevClickHouse;
 use oomlens_schema::ddl::{Retention, SchemaMismatch};
 
 const CLUSTER_NAME: &str = "oomlens_test";
@@ -159,7 +159,7 @@ async fn two_shards_hold_every_row_and_answer_like_one_server() {
         Ch::connect(&cluster_cfg.clickhouse).await.unwrap(),
         Ch::connect(&ChConfig { url: single.url(), ..ChConfig::default() }).await.unwrap(),
     ];
-    let settled = AttributeOptions::new(0, i64::MAX, oomlens_collector::timearg::now_ms() + 600_000);
+    let settled = AttributeOptions::new(0, i64::MAX, oomlens_schema::text::now_ms() + 600_000);
     for c in &attributing {
         let r = store::attribute_pending(c.client(), "oomlens", &settled).await.unwrap();
         assert_eq!((r.pending, r.attributed), (total_events, total_events), "{}", c.url());

@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 
 use common::exact::{Expected, Stored, assert_exactly_once, replay, stored};
 use common::*;
-use oomlens_collector::attribution::store;
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::store;
 use oomlens_collector::config::CollectorConfig;
 use oomlens_collector::fault::{self, FaultPoint};
-use oomlens_collector::queries::{self, ParamValue};
 
 /// Every built-in query's answer (TSV) over `database`; `gpu_memory_curve` for GPU 0 of `node`.
 async fn answers(db: &clickhouse::Client, database: &str, node: &str) -> Vec<(String, String)> {
@@ -62,7 +62,7 @@ async fn answers(db: &clickhouse::Client, database: &str, node: &str) -> Vec<(St
 }
 
 fn config(
-    pki: &oomlens_collector::certs::DevPki,
+    pki: &oomlens_collector::ingest::certs::DevPki,
     url: &str,
     addr: SocketAddr,
     database: &str,
@@ -77,7 +77,7 @@ fn config(
 /// Runs one fault scenario and returns (stored with the fault, stored in the reference, expected).
 async fn scenario(
     t0: Instant,
-    ch: &oomlens_collector::devch::DevClickHouse,
+    ch: &oomlens_devkit::devch::DevClickHouse,
     point: FaultPoint,
     tag: &str,
     seed: u64,

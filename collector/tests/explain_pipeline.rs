@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use common::*;
 use oomlens_agent::config::SourceKind;
-use oomlens_collector::attribution::{self, FeatureWindow};
-use oomlens_collector::explain::explain_text;
+use oomlens_collector::analysis::explain::explain_text;
+use oomlens_collector::analysis::{self, FeatureWindow};
 use oomlens_parse::kernel::kernel_message;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -137,7 +137,7 @@ async fn explain_and_the_pipeline_agree_on_every_labelled_message() {
         }
     }
     assert_eq!(rows.len(), want, "one stored event per failure explain finds");
-    let events = attribution::attribute_window_live(&db, "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let events = analysis::attribute_window_live(&db, "oomlens", &FeatureWindow::ALL).await.unwrap();
     assert_eq!(events.len(), want);
     let by_id: BTreeMap<u64, &Row> = rows.iter().map(|r| (r.event_id, r)).collect();
     let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();

@@ -178,7 +178,7 @@ async fn hostile_connections_stay_within_the_memory_budget() {
     let log = std::fs::read_to_string(dir.path().join("collector.log")).unwrap();
     let lines = log.matches("session refused or failed").count();
     assert!(
-        (1..=oomlens_collector::warnlimit::WARNINGS_PER_WINDOW as usize).contains(&lines),
+        (1..=oomlens_collector::ingest::warnlimit::WARNINGS_PER_WINDOW as usize).contains(&lines),
         "{lines} refusal warnings logged"
     );
 }

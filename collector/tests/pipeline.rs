@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::*;
 use oomlens_agent::source::Source;
 use oomlens_agent::source::sim::Simulator;
-use oomlens_collector::certs::DevPki;
-use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::ingest::certs::DevPki;
 use oomlens_collector::service::RunningCollector;
+use oomlens_devkit::devch::DevClickHouse;
 use oomlens_schema::OomEvent;
 
 /// Replays the simulator exactly as the agent's sampler drives it and returns its events.
@@ -220,7 +220,6 @@ async fn the_fast_curve_before_every_oom_is_stored() {
     cfg.recorder.enabled = true;
     cfg.recorder.window_s = 30;
     cfg.recorder.fast_interval_ms = 100;
-    let cfg = cfg.finish().unwrap();
     let sent = tokio::time::timeout(Duration::from_secs(120), spawn_agent(cfg)).await.unwrap().unwrap();
     collector.shutdown().await;
     assert_eq!(sent.pending_batches, 0, "everything acknowledged");

@@ -9,8 +9,8 @@
 
 use oomlens_agent::source::Source;
 use oomlens_agent::source::sim::{SimConfig, Simulator};
-use oomlens_collector::attribution::accuracy::ACCURACY_MIX;
-use oomlens_collector::explain::{Explained, explain_text};
+use oomlens_collector::analysis::accuracy::ACCURACY_MIX;
+use oomlens_collector::analysis::explain::{Explained, explain_text};
 
 /// The distributions of one set of messages.
 #[derive(Debug, Default)]

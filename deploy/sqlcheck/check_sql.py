@@ -75,7 +75,7 @@ class Query:
 
 
 def parse_query(path: Path) -> Query:
-    """Parses the `-- key: value` header the same way collector/src/queries.rs does."""
+    """Parses the `-- key: value` header the same way collector/src/analysis/queries.rs does."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     q = Query(name="", description="", path=path)

@@ -1,6 +1,13 @@
 //! Loading a binary's TOML configuration file (feature `config`): the error type both binaries
-//! share, and the read + parse step. Each binary's own config module owns its sections, defaults
-//! and validation.
+//! share, the read + parse step with environment overrides, and [`Valid`], the type a
+//! configuration becomes once checked. Each binary's own config module owns its sections,
+//! defaults and validation ([`Check`]).
+//!
+//! Two stages, as in ripgrep's low/high arguments: the raw configuration is what TOML, the
+//! environment and command-line flags layer into (every field public, nothing guaranteed); its
+//! [`Check::check`] fills derived defaults, resolves aliases and refuses bad values, and the
+//! result is a [`Valid`] that only that check can make. Code that runs a service takes a
+//! `Valid<…>`, so it never sees an unchecked configuration and cannot change one after the check.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +33,45 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("invalid configuration: {0}")]
     Invalid(String),
+}
+
+/// The validation step of a raw configuration type.
+pub trait Check: Sized {
+    /// Fills derived defaults, resolves aliases and refuses bad values.
+    fn check(self) -> Result<Self, ConfigError>;
+}
+
+/// A configuration that passed its [`Check`]. Only [`Valid::new`] makes one, and it derefs to
+/// the configuration read-only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Valid<T>(T);
+
+impl<T: Check> Valid<T> {
+    /// Checks `raw`.
+    pub fn new(raw: T) -> Result<Self, ConfigError> {
+        raw.check().map(Valid)
+    }
+}
+
+impl<T> Valid<T> {
+    /// The checked configuration as a raw one again (to change it and check it anew).
+    pub fn into_raw(self) -> T {
+        self.0
+    }
+}
+
+/// Serialises as the configuration itself (a printed valid configuration loads and checks again).
+impl<T: serde::Serialize> serde::Serialize for Valid<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<T> std::ops::Deref for Valid<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Parses TOML text (`path` only names it in errors). Unknown keys are refused where the types

@@ -57,8 +57,8 @@ mod tests {
         assert_eq!(clip("héllo", 3), "hé");
         assert_eq!(clip("abc", 10), "abc");
         assert_eq!(truncate("日本語".to_owned(), 4), "日");
-        assert_eq!(clip_marked("abcdefgh", 5), "ab…");
-        assert_eq!(clip_marked("abcdefgh", 2), "ab");
+        assert_eq!(clip_marked("abcdefghijkl", 10), "abcdefg…");
+        assert_eq!(clip_marked("abcdefgh", 5), "abcde", "no room for the marker");
         assert_eq!(clip_marked("abc", 5), "abc");
         assert_eq!(ellipsize("workload-name", 6), "workl…");
         assert_eq!(ellipsize("ab", 6), "ab");

@@ -278,41 +278,7 @@ fn every_fsync_policy_round_trips() {
     }
 }
 
-/// A tmpfs of `bytes` mounted on a fresh directory (detached on drop), or `None` with a message
-/// where this process may not mount (not root, no CAP_SYS_ADMIN).
-struct TinyFs {
-    dir: tempfile::TempDir,
-}
-
-impl TinyFs {
-    fn mount(bytes: u64) -> Option<TinyFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let data = std::ffi::CString::new(format!("size={bytes}")).unwrap();
-        match rustix::mount::mount(
-            "tmpfs",
-            dir.path(),
-            "tmpfs",
-            rustix::mount::MountFlags::empty(),
-            data.as_c_str(),
-        ) {
-            Ok(()) => Some(TinyFs { dir }),
-            Err(e) => {
-                eprintln!("skipped: cannot mount a tmpfs here: {e}");
-                None
-            }
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for TinyFs {
-    fn drop(&mut self) {
-        let _ = rustix::mount::unmount(self.dir.path(), rustix::mount::UnmountFlags::DETACH);
-    }
-}
+use oomlens_devkit::tinyfs::TinyFs;
 
 #[test]
 fn a_full_disk_keeps_every_batch_in_memory_and_moves_them_back_in_order() {

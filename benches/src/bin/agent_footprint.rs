@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use oomlens_agent::config::{AgentConfig, SourceKind};
-use oomlens_collector::certs::{DevPki, mint_dev_pki};
 use oomlens_collector::clickhouse::ChConfig;
 use oomlens_collector::config::CollectorConfig;
-use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::ingest::certs::{DevPki, mint_dev_pki};
 use oomlens_collector::service;
+use oomlens_devkit::devch::DevClickHouse;
 
 /// Measures the agent's CPU and peak RSS on the simulator.
 #[derive(Debug, Parser)]
@@ -139,7 +139,7 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn collector_config(pki: &DevPki, ch_url: &str) -> anyhow::Result<CollectorConfig> {
+fn collector_config(pki: &DevPki, ch_url: &str) -> anyhow::Result<oomlens_collector::config::ValidConfig> {
     let listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let ch = ChConfig { url: ch_url.to_owned(), ..ChConfig::default() };
     Ok(CollectorConfig::with_dev_pki(pki, listen, "footprint", ch).finish()?)
@@ -151,7 +151,7 @@ fn agent_config(
     args: &Args,
     recorder: bool,
     dir: &Path,
-) -> anyhow::Result<AgentConfig> {
+) -> anyhow::Result<oomlens_agent::config::ValidConfig> {
     let files = &pki.agents.first().context("no agent certificate minted")?.1;
     let mut cfg = AgentConfig::default();
     cfg.agent.node = "bench-node".into();

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use oomlens_collector::attribution::{self, FeatureWindow, store};
-use oomlens_collector::capacity::{self, GroupBy};
+use oomlens_cli::capacity::{self, GroupBy};
+use oomlens_cli::postmortem::{self, Lookback, Selection};
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::{self, FeatureWindow, store};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
-use oomlens_collector::devch::DevClickHouse;
-use oomlens_collector::postmortem::{self, Lookback, Selection};
-use oomlens_collector::queries::{self, ParamValue};
+use oomlens_devkit::devch::DevClickHouse;
 
 /// Window start: 2026-01-05T00:00:00Z.
 const BASE_MS: i64 = 1_767_571_200_000;
@@ -197,7 +197,7 @@ async fn main() -> anyhow::Result<()> {
     // arriving events. The reports below read the stored rows.
     if want("attribute") {
         ch.client().query("TRUNCATE TABLE oomlens.oom_attributions").execute().await?;
-        let opts = store::AttributeOptions::new(BASE_MS, until, oomlens_collector::timearg::now_ms());
+        let opts = store::AttributeOptions::new(BASE_MS, until, oomlens_schema::text::now_ms());
         let bar = ProgressBar::new(0);
         bar.set_style(ProgressStyle::with_template(
             "{elapsed_precise} [{bar:40}] {pos}/{len} events attributed ({per_sec})",
@@ -297,7 +297,7 @@ async fn main() -> anyhow::Result<()> {
             let w = store::read_window_features(db, "oomlens", &window, false).await?;
             let mut by: std::collections::BTreeMap<&str, u64> = Default::default();
             for f in &w.features {
-                *by.entry(attribution::attribute(f).scenario.as_str()).or_default() += 1;
+                *by.entry(analysis::attribute(f).scenario.as_str()).or_default() += 1;
             }
             Ok(format!("{} events ({} stored): {by:?}", w.features.len(), w.stored))
         })
@@ -310,7 +310,7 @@ async fn main() -> anyhow::Result<()> {
         );
         // Every event fully attributed (rule, confidence, evidence lines, remedy).
         let (first, med, n) = time(a.runs.min(2), || async {
-            Ok(attribution::attribute_window(db, "oomlens", &window).await?.len())
+            Ok(analysis::attribute_window(db, "oomlens", &window).await?.len())
         })
         .await?;
         println!(
@@ -322,7 +322,7 @@ async fn main() -> anyhow::Result<()> {
     if a.only.iter().any(|o| o == "breakdown-live") {
         // The old way, for comparison: features computed from every sample at query time.
         let (first, med, n) = time(a.runs.min(1), || async {
-            Ok(attribution::attribute_window_live(db, "oomlens", &window).await?.len())
+            Ok(analysis::attribute_window_live(db, "oomlens", &window).await?.len())
         })
         .await?;
         println!(

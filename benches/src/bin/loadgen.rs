@@ -1,7 +1,7 @@
 //! `cargo run --release -p oomlens-benches --bin loadgen -- [--agents N] [--mode throughput|rate] …`
 //!
 //! Whole-pipeline load generator. Starts a throw-away ClickHouse
-//! (`oomlens_collector::devch`), mints a CA, a collector certificate and **one client certificate
+//! (`oomlens_devkit::devch`), mints a CA, a collector certificate and **one client certificate
 //! per agent** (CN = agent name, OU = cluster: every agent is its own node to the collector), runs
 //! the release `oomlens-collector serve` as a separate process with a generated config, and plays
 //! N simulated agents over real QUIC connections (`oomlens_benches::loadgen`): pre-encoded `Batch`
@@ -31,8 +31,8 @@ use oomlens_benches::loadgen::{
     AgentSpec, DriveConfig, Mode, NodePool, PoolSpec, RowCounts, Shared, build_pool, quantile, run_agent,
 };
 use oomlens_benches::procfs::{self, CpuMark, Memory};
-use oomlens_collector::certs::{DevCa, LeafSpec, Role, write_minted};
-use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::ingest::certs::{DevCa, LeafSpec, Role, write_minted};
+use oomlens_devkit::devch::DevClickHouse;
 use oomlens_schema::ddl::rollups::rollups;
 use oomlens_schema::ddl::{Retention, ServerVersion};
 use oomlens_schema::tls::TlsFiles;

@@ -34,10 +34,10 @@ use clap::Parser;
 use oomlens_agent::config::{AgentConfig, SourceKind};
 use oomlens_agent::source::Source;
 use oomlens_agent::source::sim::{SimConfig, Simulator};
-use oomlens_collector::certs::{DevPki, mint_dev_pki};
 use oomlens_collector::clickhouse::ChConfig;
 use oomlens_collector::config::CollectorConfig;
-use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::ingest::certs::{DevPki, mint_dev_pki};
+use oomlens_devkit::devch::DevClickHouse;
 use rand::{Rng as _, SeedableRng as _};
 
 /// A soak of the pipeline with random faults.
@@ -190,7 +190,7 @@ fn agent_config(
     a: &Agent,
     collector: SocketAddr,
     run: &Run,
-) -> anyhow::Result<AgentConfig> {
+) -> anyhow::Result<oomlens_agent::config::ValidConfig> {
     let files = &pki.agents.iter().find(|(n, _)| *n == a.node).context("no certificate")?.1;
     let mut cfg = AgentConfig::default();
     cfg.agent.node = a.node.clone();
@@ -204,7 +204,7 @@ fn agent_config(
     cfg.hook.enabled = false;
     cfg.simulator = sim_config(args, a.seed);
     cfg.spool.dir = Some(a.spool.clone());
-    cfg.spool.max_bytes = 1 << 30;
+    cfg.spool.max_bytes = Some(1 << 30);
     cfg.spool.memory_fallback_bytes = 4 << 20;
     cfg.telemetry.listen = Some(a.telemetry);
     cfg.uplink.to_collector(&collector.to_string(), "localhost", &pki.ca, &files.cert, &files.key);
@@ -213,7 +213,12 @@ fn agent_config(
     Ok(cfg.finish()?)
 }
 
-fn spawn_agent(bin: &Path, dir: &Path, a: &mut Agent, cfg: &AgentConfig) -> anyhow::Result<()> {
+fn spawn_agent(
+    bin: &Path,
+    dir: &Path,
+    a: &mut Agent,
+    cfg: &oomlens_agent::config::ValidConfig,
+) -> anyhow::Result<()> {
     let k = a.runs.len();
     let config = dir.join(format!("{}-{k}.toml", a.node));
     std::fs::write(&config, toml::to_string(cfg)?)?;

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
-use oomlens_collector::auth::TlsReloadOutcome;
-use oomlens_collector::certs::mint_dev_pki;
 use oomlens_collector::cli::{ChArgs, write_completions, write_man};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
-use oomlens_collector::config::CollectorConfig;
+use oomlens_collector::config::ValidConfig;
+use oomlens_collector::ingest::auth::TlsReloadOutcome;
+use oomlens_collector::ingest::certs::mint_dev_pki;
 use oomlens_schema::ddl::{ClusterDdl, Retention, ServerVersion, schema_sql};
 use oomlens_schema::telemetry::{init_logging, stop_on_signal};
 
@@ -106,7 +106,7 @@ struct ServeArgs {
 
 impl ServeArgs {
     /// Defaults, the file, the `OOMLENS_<SECTION>__<KEY>` variables, then the flags; checked.
-    fn config(&self) -> anyhow::Result<CollectorConfig> {
+    fn config(&self) -> anyhow::Result<ValidConfig> {
         let mut cfg = self.ch.layered_config()?;
         self.ch.apply(&mut cfg.clickhouse);
         let c = &mut cfg.collector;

@@ -17,11 +17,11 @@ use std::time::Duration;
 use oomlens_agent::config::{AgentConfig, SourceKind};
 use oomlens_agent::runner::run_agent;
 use oomlens_agent::uplink::UplinkTotals;
-use oomlens_collector::certs::{DevPki, mint_dev_pki};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
 use oomlens_collector::config::CollectorConfig;
-use oomlens_collector::devch::DevClickHouse;
+use oomlens_collector::ingest::certs::{DevPki, mint_dev_pki};
 use oomlens_collector::service::{self, RunningCollector};
+use oomlens_devkit::devch::DevClickHouse;
 use tokio::sync::watch;
 
 pub const CLUSTER: &str = "test";
@@ -35,12 +35,17 @@ pub fn start_clickhouse() -> DevClickHouse {
     DevClickHouse::start().unwrap_or_else(|e| panic!("cannot start ClickHouse: {e}"))
 }
 
+/// The repository root (these helpers serve the tests of `collector/` and `collector/cli/`).
+pub fn repo_root() -> std::path::PathBuf {
+    oomlens_devkit::clitest::repo_root(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The tables of the SQL fixtures (`tests/fixtures/sql/<table>.jsonl`, JSONEachRow).
 pub const FIXTURE_TABLES: [&str; 4] = ["gpu_samples", "process_samples", "oom_events", "agents"];
 
 /// The JSONEachRow rows of one SQL fixture table.
 pub fn sql_fixture(table: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sql/{table}.jsonl"));
+    let path = repo_root().join(format!("collector/tests/fixtures/sql/{table}.jsonl"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -101,12 +106,38 @@ pub fn collector_config(pki: &DevPki, ch_url: &str, listen: SocketAddr) -> Colle
     };
     let mut cfg = CollectorConfig::with_dev_pki(pki, listen, "test-collector", ch);
     cfg.collector.idle_timeout_ms = 3000;
-    cfg.finish().unwrap()
+    cfg
 }
 
-pub async fn start_collector(cfg: CollectorConfig) -> (RunningCollector, watch::Sender<bool>) {
+/// A configuration, raw (checked here) or already checked.
+pub trait Checked<V> {
+    fn checked(self) -> V;
+}
+
+impl Checked<oomlens_collector::config::ValidConfig> for CollectorConfig {
+    fn checked(self) -> oomlens_collector::config::ValidConfig {
+        self.finish().unwrap()
+    }
+}
+
+impl Checked<oomlens_agent::config::ValidConfig> for AgentConfig {
+    fn checked(self) -> oomlens_agent::config::ValidConfig {
+        self.finish().unwrap()
+    }
+}
+
+impl<T> Checked<oomlens_schema::config::Valid<T>> for oomlens_schema::config::Valid<T> {
+    fn checked(self) -> Self {
+        self
+    }
+}
+
+/// Starts a collector with `cfg` (checked first when raw).
+pub async fn start_collector(
+    cfg: impl Checked<oomlens_collector::config::ValidConfig>,
+) -> (RunningCollector, watch::Sender<bool>) {
     let (tx, rx) = watch::channel(false);
-    let c = service::start(cfg, rx).await.unwrap();
+    let c = service::start(cfg.checked(), rx).await.unwrap();
     (c, tx)
 }
 
@@ -138,13 +169,17 @@ pub fn agent_config(
     cfg.uplink.idle_timeout_ms = 3000;
     cfg.uplink.backoff_max_ms = 500;
     cfg.uplink.drain_timeout_ms = 60_000;
-    cfg.finish().unwrap()
+    cfg
 }
 
 /// A fixed simulated start (2026-01-01T00:00:00Z) so expected events can be replayed.
 pub const START_MS: i64 = 1_767_225_600_000;
 
-pub fn spawn_agent(cfg: AgentConfig) -> tokio::task::JoinHandle<UplinkTotals> {
+/// Runs an agent with `cfg` (checked first when raw) in a task.
+pub fn spawn_agent(
+    cfg: impl Checked<oomlens_agent::config::ValidConfig>,
+) -> tokio::task::JoinHandle<UplinkTotals> {
+    let cfg = cfg.checked();
     tokio::spawn(async move {
         let (_tx, rx) = watch::channel(false);
         let totals = run_agent(cfg, rx).await.unwrap();
@@ -173,47 +208,6 @@ pub async fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool
     f()
 }
 
-/// A tmpfs of `bytes` mounted on a fresh directory (unmounted on drop): a small disk that fills
-/// up. `None`, with the reason on stderr, where this process may not mount (not root, no
-/// CAP_SYS_ADMIN): the caller skips its test.
-pub struct TinyFs {
-    dir: tempfile::TempDir,
-}
-
-impl TinyFs {
-    pub fn mount(bytes: u64) -> Option<TinyFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(TinyFs { dir }),
-            Ok(o) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs here: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipped: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for TinyFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
-    }
-}
-
 /// A loopback address with a free TCP port (a telemetry endpoint).
 pub fn reserve_tcp_addr() -> SocketAddr {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -235,7 +229,7 @@ pub fn agent_binary() -> std::path::PathBuf {
         let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
         let target_dir = profile_dir.parent().unwrap().to_owned();
         let bin = profile_dir.join("oomlens-agent");
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let root = repo_root();
         let sources = ["agent/src", "agent/Cargo.toml", "schema/src", "schema/Cargo.toml", "Cargo.lock"];
         let newest = sources.iter().filter_map(|p| newest_mtime(&root.join(p))).max();
         let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();

@@ -4,6 +4,8 @@
 //! (`1764460800000`).
 //!
 //! As a point in time a duration means "that long before now" (`--since 7d`); `now` is now.
+//! [`parse_window`] turns a `--since`/`--until` pair into the half-open window every report
+//! queries, and refuses windows that end before they start.
 
 /// A time argument that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -13,6 +15,7 @@
 )]
 pub struct TimeArgError(pub String);
 
+pub use oomlens_collector::analysis::json::format_ms;
 pub use oomlens_schema::text::now_ms;
 
 /// Parses a duration such as `7d`, `2h`, `1h30m`, `250ms` into milliseconds.
@@ -62,6 +65,61 @@ pub fn parse_instant_ms(text: &str, now_ms: i64) -> Result<i64, TimeArgError> {
         return parse_rfc3339_ms(s).ok_or_else(|| TimeArgError(text.to_owned()));
     }
     Ok(now_ms.saturating_sub(parse_duration_ms(s)?))
+}
+
+/// A report window: events with `since_ms <= at < until_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// First millisecond inside the window.
+    pub since_ms: i64,
+    /// First millisecond after the window.
+    pub until_ms: i64,
+}
+
+/// A `--since`/`--until` pair that does not make a window.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    /// `--since` does not parse.
+    #[error("--since: {0}")]
+    Since(TimeArgError),
+    /// `--until` does not parse.
+    #[error("--until: {0}")]
+    Until(TimeArgError),
+    /// The window is empty or reversed (`--since 1h --until 2h`).
+    #[error(
+        "empty window: --since {since} ({since_at}) is not before --until {until} ({until_at}); \
+         a duration counts back from now, so the longer one is the earlier time"
+    )]
+    Reversed {
+        /// `--since` as given.
+        since: String,
+        /// `--until` as given.
+        until: String,
+        /// `--since` as an RFC 3339 time.
+        since_at: String,
+        /// `--until` as an RFC 3339 time.
+        until_at: String,
+    },
+}
+
+/// Parses `--since`/`--until` into a window relative to `now_ms`. An `--until` of `now` includes
+/// events stamped at this very millisecond (the window ends one past it); any other `--until` is
+/// exclusive. Refuses a window whose end is not after its start.
+pub fn parse_window(since: &str, until: &str, now_ms: i64) -> Result<Window, WindowError> {
+    let since_ms = parse_instant_ms(since, now_ms).map_err(WindowError::Since)?;
+    let mut until_ms = parse_instant_ms(until, now_ms).map_err(WindowError::Until)?;
+    if until.trim().eq_ignore_ascii_case("now") {
+        until_ms = until_ms.saturating_add(1);
+    }
+    if since_ms >= until_ms {
+        return Err(WindowError::Reversed {
+            since: since.to_owned(),
+            until: until.to_owned(),
+            since_at: format_ms(since_ms),
+            until_at: format_ms(until_ms),
+        });
+    }
+    Ok(Window { since_ms, until_ms })
 }
 
 fn parse_rfc3339_ms(s: &str) -> Option<i64> {
@@ -117,23 +175,6 @@ fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     Some(ms - offset_s * 1000)
 }
 
-/// An epoch-ms instant as RFC 3339 UTC with milliseconds (`2026-11-29T12:00:00.000Z`).
-pub fn format_ms(ms: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second(),
-            t.millisecond()
-        ),
-        Err(_) => format!("{ms} ms"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +219,22 @@ mod tests {
         }
         assert_eq!(format_ms(now + 5), "2025-11-30T00:00:00.005Z");
         assert_eq!(parse_instant_ms(&format_ms(now + 1234), now), Ok(now + 1234));
+    }
+
+    #[test]
+    fn windows() {
+        let now = 1_764_460_800_000;
+        let w = |since, until| parse_window(since, until, now);
+        assert_eq!(w("7d", "now"), Ok(Window { since_ms: now - 604_800_000, until_ms: now + 1 }));
+        assert_eq!(w("0", " NOW "), Ok(Window { since_ms: 0, until_ms: now + 1 }));
+        assert_eq!(w("2h", "1h"), Ok(Window { since_ms: now - 7_200_000, until_ms: now - 3_600_000 }));
+        assert_eq!(w("now", "now"), Ok(Window { since_ms: now, until_ms: now + 1 }));
+        for (since, until) in [("1h", "2h"), ("1h", "1h"), ("2025-11-30T00:00:00Z", "1764460800000")] {
+            let err = w(since, until).unwrap_err();
+            assert!(matches!(err, WindowError::Reversed { .. }), "{since} {until}: {err}");
+            assert!(err.to_string().contains(since), "{err}");
+        }
+        assert!(matches!(w("yesterday", "now"), Err(WindowError::Since(_))));
+        assert!(matches!(w("1h", "later"), Err(WindowError::Until(_))));
     }
 }

@@ -6,7 +6,7 @@
 //! pod, node / GPU and time range), the bounded, downsampled memory curve
 //! (`oom_process_curve.sql`, `oom_gpu_curve.sql`) and rendering the report as text (with terminal
 //! sparklines), JSON Lines and a self-contained HTML page (inline SVG). The attribution itself is
-//! [`crate::attribution::explain_event`].
+//! [`oomlens_collector::analysis::explain_event`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,10 +14,10 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{self, AttributionError, EventJson, ExplainedEvent};
-use crate::queries::{self, ParamValue};
-use crate::report::human_bytes;
+use crate::render::{PALETTE, html_escape, html_head, human_bytes};
 use crate::timearg::format_ms;
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::{self, AttributionError, EventJson, ExplainedEvent};
 
 /// At most this many points per curve: a longer window is downsampled to wider buckets.
 pub const CURVE_POINTS: i64 = 120;
@@ -236,7 +236,7 @@ pub struct Lookback {
 
 impl Default for Lookback {
     fn default() -> Self {
-        Lookback { window_ms: attribution::features::DEFAULT_WINDOW_MS, curve_ms: 10 * 60_000, top_n: 5 }
+        Lookback { window_ms: analysis::features::DEFAULT_WINDOW_MS, curve_ms: 10 * 60_000, top_n: 5 }
     }
 }
 
@@ -258,7 +258,7 @@ pub async fn build(
     ev: &EventRef,
     lookback: Lookback,
 ) -> Result<Option<Postmortem>, PostmortemError> {
-    let Some(explained) = attribution::explain_event(
+    let Some(explained) = analysis::explain_event(
         client,
         db,
         &ev.cluster,
@@ -534,26 +534,6 @@ fn signed_bytes(v: i64) -> String {
     format!("{sign}{}", human_bytes(Some(v.unsigned_abs())))
 }
 
-/// Escapes text for HTML.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Colours of the stacked series.
-pub const PALETTE: [&str; 8] =
-    ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"];
-
 /// The stacked-area SVG of a curve: memory per process stacked over time, the GPU total (dashed),
 /// the capacity line (red) and the OOM marked at the right edge.
 pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
@@ -668,19 +648,6 @@ pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
     );
     svg.push_str("</svg>");
     svg
-}
-
-/// The start of a self-contained HTML page (no scripts, no external assets).
-pub fn html_head(title: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>\
-         body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #ddd;padding:3px 8px;text-align:left}}th{{background:#f3f3f3}}\
-         .num{{text-align:right}}section{{margin-bottom:3em}}code{{background:#f3f3f3;padding:1px 4px}}\
-         </style></head><body>\n<h1>{}</h1>\n",
-        html_escape(title),
-        html_escape(title)
-    )
 }
 
 /// Writes the postmortems as one self-contained HTML page.

@@ -6,9 +6,9 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use oomlens_cli::demo::print_demo_outcome;
+use oomlens_cli::demo::{DemoConfig, DemoError, run_demo};
 use oomlens_collector::cli::{ChArgs, write_completions, write_man};
-use oomlens_collector::demo::{DemoConfig, DemoError, run_demo};
-use oomlens_collector::report::print_demo_outcome;
 use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
 
 /// oomlens: understand the out-of-memory failures of a GPU fleet.
@@ -316,10 +316,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Accuracy(a) => run_accuracy(a).await,
         Command::Explain(a) => {
             let mut out = std::io::stdout().lock();
-            let found = match oomlens_collector::explain::run(&a.files, a.format, a.json, &mut out) {
+            let found = match oomlens_cli::explain::run(&a.files, a.format, a.json, &mut out) {
                 Ok(n) => n,
                 // A reader closing the pipe (`| head`) ends the command quietly.
-                Err(oomlens_collector::explain::ExplainError::Write(e))
+                Err(oomlens_cli::explain::ExplainError::Write(e))
                     if e.kind() == std::io::ErrorKind::BrokenPipe =>
                 {
                     return Ok(());
@@ -343,15 +343,15 @@ async fn main() -> anyhow::Result<()> {
         Command::Man { out_dir } => write_man(Cli::command(), out_dir.as_deref(), &mut std::io::stdout())
             .context("cannot write the man pages"),
         Command::Sql(a) => {
-            oomlens_collector::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
+            oomlens_cli::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
         }
     }
 }
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
+    use oomlens_cli::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
+    use oomlens_cli::top::fetch_frame;
     use oomlens_collector::clickhouse::Ch;
-    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
-    use oomlens_collector::top::fetch_frame;
 
     let live_ms = parse_duration_ms(&a.live).context("--live")?;
     let recent_ms = parse_duration_ms(&a.recent).context("--recent")?;
@@ -393,17 +393,12 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
 
 async fn run_attribute(a: AttributeArgs) -> anyhow::Result<()> {
     use indicatif::{ProgressBar, ProgressStyle};
-    use oomlens_collector::attribution::store::{self, AttributeOptions};
+    use oomlens_cli::timearg::{Window, now_ms, parse_duration_ms, parse_window};
+    use oomlens_collector::analysis::store::{self, AttributeOptions};
     use oomlens_collector::clickhouse::Ch;
-    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
 
     let now = now_ms();
-    let since_ms = match &a.since {
-        Some(s) => parse_instant_ms(s, now).context("--since")?,
-        None => 0,
-    };
-    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
-    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    let Window { since_ms, until_ms } = parse_window(a.since.as_deref().unwrap_or("0"), &a.until, now)?;
     let cfg = a.ch.collector_config().context("configuration")?;
     let defaults = cfg.attribution.settings();
     let duration = |v: &Option<String>, default: i64, flag: &'static str| -> anyhow::Result<i64> {
@@ -468,14 +463,11 @@ async fn run_attribute(a: AttributeArgs) -> anyhow::Result<()> {
 }
 
 async fn run_capacity(a: CapacityArgs) -> anyhow::Result<()> {
-    use oomlens_collector::capacity::{self, GroupBy};
+    use oomlens_cli::capacity::{self, GroupBy};
+    use oomlens_cli::timearg::{Window, now_ms, parse_duration_ms, parse_window};
     use oomlens_collector::clickhouse::Ch;
-    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
 
-    let now = now_ms();
-    let since_ms = parse_instant_ms(&a.since, now).context("--since")?;
-    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
-    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    let Window { since_ms, until_ms } = parse_window(&a.since, &a.until, now_ms())?;
     let by: GroupBy = a.by.parse().context("--by")?;
     let window_ms = parse_duration_ms(&a.window).context("--window")?;
     let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
@@ -499,19 +491,13 @@ async fn run_capacity(a: CapacityArgs) -> anyhow::Result<()> {
 }
 
 async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
+    use oomlens_cli::postmortem::{self, Lookback, Selection};
+    use oomlens_cli::timearg::{Window, now_ms, parse_duration_ms, parse_window};
     use oomlens_collector::clickhouse::Ch;
-    use oomlens_collector::postmortem::{self, Lookback, Selection};
-    use oomlens_collector::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
 
-    let now = now_ms();
-    let since_ms = match (&a.since, a.event_id) {
-        (Some(s), _) => parse_instant_ms(s, now).context("--since")?,
-        (None, Some(_)) => 0,
-        (None, None) => parse_instant_ms("7d", now).context("--since")?,
-    };
-    let until_ms = parse_instant_ms(&a.until, now).context("--until")?;
-    // An instant names events up to and including it.
-    let until_ms = if a.until.eq_ignore_ascii_case("now") { until_ms.saturating_add(1) } else { until_ms };
+    // An event id alone searches all time; otherwise the last week.
+    let since = a.since.as_deref().unwrap_or(if a.event_id.is_some() { "0" } else { "7d" });
+    let Window { since_ms, until_ms } = parse_window(since, &a.until, now_ms())?;
     let lookback = Lookback {
         window_ms: parse_duration_ms(&a.window).context("--window")?,
         curve_ms: parse_duration_ms(&a.curve).context("--curve")?,
@@ -569,7 +555,7 @@ async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
 }
 
 async fn run_accuracy(a: AccuracyArgs) -> anyhow::Result<()> {
-    use oomlens_collector::attribution::{ConfusionMatrix, accuracy};
+    use oomlens_collector::analysis::{ConfusionMatrix, accuracy};
 
     let agent_bin = match a.agent_bin {
         Some(p) => p,

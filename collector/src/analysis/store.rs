@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::features::{self, DEFAULT_WINDOW_MS, EventEvidence, FeatureWindow, Neighbour, OomFeatures};
 use super::rules::{RULES_VERSION, attribute};
 use super::{AttributedEvent, AttributionError};
-use crate::queries::{self, ParamValue, QueryError};
+use crate::analysis::queries::{self, ParamValue, QueryError};
 
 /// Neighbours stored per event (the capacity report ranks the top 3).
 pub const STORED_NEIGHBOURS: u32 = 3;
@@ -462,7 +462,7 @@ pub async fn attribute_pending_with_progress(
     progress(Progress { done: 0, total: report.pending });
     for chunk in chunks(&pending, opts.chunk_events, opts.chunk_span_ms) {
         let computed = compute_chunk(client, db, chunk, opts.window_ms.max(0), STORED_NEIGHBOURS).await?;
-        let attributed_ms = crate::timearg::now_ms();
+        let attributed_ms = oomlens_schema::text::now_ms();
         let rows: Vec<OomAttributionRow> =
             computed.into_iter().map(|(f, n)| to_row(f, &n, attributed_ms)).collect();
         insert_rows(client, db, &rows).await?;
@@ -528,7 +528,7 @@ async fn rescore_outdated(
             .bind(opts.chunk_events.max(1) as u64)
             .fetch_all::<OomAttributionRow>()
             .await?;
-        let now = crate::timearg::now_ms();
+        let now = oomlens_schema::text::now_ms();
         let fresh: Vec<OomAttributionRow> = rows
             .into_iter()
             .filter(|r| seen.insert((r.cluster.clone(), r.node.clone(), r.event_id, r.window_ms)))
@@ -901,7 +901,7 @@ pub fn spawn_attributor(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now = crate::timearg::now_ms();
+            let now = oomlens_schema::text::now_ms();
             let opts = AttributeOptions {
                 since_ms: now.saturating_sub(settings.lookback_ms.max(0)),
                 until_ms: now.saturating_add(1),

@@ -479,7 +479,7 @@ fn signal_group(pid: u32, sig: libc::c_int) {
 }
 
 /// Sends `sig` to one child process `pid` (e.g. SIGTERM to an agent the demo started).
-pub(crate) fn signal_process(pid: u32, sig: libc::c_int) {
+pub fn signal_process(pid: u32, sig: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(pid)
         && pid > 1
     {

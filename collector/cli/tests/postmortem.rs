@@ -5,14 +5,14 @@
 //! the memory curve checked against an independent computation from the fixture file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 use common::*;
+use oomlens_cli::timearg::format_ms;
 use oomlens_collector::clickhouse::Ch;
-use oomlens_collector::timearg::format_ms;
 use serde_json::Value;
 
 const EVENT4: u64 = 7_000_000_000_000_000_004;
@@ -20,7 +20,7 @@ const TS4: i64 = 1_764_571_200_000;
 const GIB: u64 = 1 << 30;
 
 fn fixture_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql")
+    common::repo_root().join("collector/tests/fixtures/sql")
 }
 
 async fn load(ch: &Ch) {

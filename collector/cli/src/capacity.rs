@@ -7,7 +7,7 @@
 //! the edge, the most frequent noisy neighbours and the co-scheduling pairs that precede OOMs (the
 //! top 3 ranked neighbours of each event), rendered as text, JSON and a self-contained HTML page
 //! with inline SVG charts. Scenarios and neighbours come from the stored `oom_attributions`
-//! ([`crate::attribution::store::read_window_scenarios`]; events not stored yet are computed live).
+//! ([`oomlens_collector::analysis::store::read_window_scenarios`]; events not stored yet are computed live).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -15,10 +15,10 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{self, AttributionError, FeatureWindow};
-use crate::postmortem::{PALETTE, html_escape, html_head};
-use crate::queries::{self, ParamValue};
+use crate::render::{PALETTE, html_escape, html_head};
 use crate::timearg::format_ms;
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::{self, AttributionError, FeatureWindow};
 
 /// A capacity report failed.
 #[derive(Debug, thiserror::Error)]
@@ -283,7 +283,7 @@ pub async fn build(
     };
     // The events, and concurrently each event's scenario (stored by the current rules, else
     // re-scored from the stored features or computed live) and its stored top neighbours
-    // (attribution::store::read_window_scenarios).
+    // (analysis::store::read_window_scenarios).
     let events = async {
         let rows = queries::builtin("capacity_events")?
             .bind(client, db, &[ParamValue::Int(since_ms), ParamValue::Int(until_ms)])?
@@ -293,7 +293,7 @@ pub async fn build(
     };
     let window = FeatureWindow { since_ms, until_ms, window_ms };
     let attributed = async {
-        Ok::<_, CapacityError>(attribution::store::read_window_scenarios(client, db, &window, true).await?)
+        Ok::<_, CapacityError>(analysis::store::read_window_scenarios(client, db, &window, true).await?)
     };
     let (events, attributed) = tokio::try_join!(events, attributed)?;
     let scenario_of: HashMap<(&str, &str, u64), &str> = attributed
@@ -509,7 +509,7 @@ impl CapacityReport {
                 "  {:<32} {:>5} OOMs  grew {}",
                 oomlens_schema::text::ellipsize(&n.workload, 32),
                 n.events,
-                crate::report::human_bytes(Some(n.growth_bytes.unsigned_abs()))
+                crate::render::human_bytes(Some(n.growth_bytes.unsigned_abs()))
             )?;
         }
         writeln!(out)?;

@@ -4,6 +4,7 @@
 //! everything, then prints what landed: rows per table and every OOM event. Everything it started
 //! is stopped at the end, also on Ctrl-C.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -14,13 +15,14 @@ use serde::Deserialize;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::attribution::{AttributedEvent, FeatureWindow, attribute_window};
-use crate::certs::mint_dev_pki;
-use crate::clickhouse::ChConfig;
-use crate::config::CollectorConfig;
-use crate::devch::DevClickHouse;
+use crate::render::human_bytes;
 use crate::report::{EventLine, fetch_events, fetch_table_counts};
-use crate::service::{self, RunningCollector};
+use oomlens_collector::analysis::{AttributedEvent, FeatureWindow, attribute_window};
+use oomlens_collector::clickhouse::ChConfig;
+use oomlens_collector::config::CollectorConfig;
+use oomlens_collector::ingest::certs::mint_dev_pki;
+use oomlens_collector::service::{self, RunningCollector};
+use oomlens_devkit::devch::DevClickHouse;
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -96,7 +98,7 @@ pub struct DemoOutcome {
     pub sent: AgentTotals,
     /// The OOM events.
     pub events: Vec<EventLine>,
-    /// Every OOM event attributed by the rule set (`oom_features` + [`crate::attribution`]).
+    /// Every OOM event attributed by the rule set (`oom_features` + [`oomlens_collector::analysis`]).
     pub attributions: Vec<AttributedEvent>,
     /// Real time taken.
     pub elapsed: Duration,
@@ -183,7 +185,9 @@ async fn run_with_clickhouse(
     collector.shutdown().await;
     let sent = outcome?;
 
-    let client = crate::clickhouse::Ch::connect(&ch_cfg).await.map_err(|e| setup("query")(e.to_string()))?;
+    let client = oomlens_collector::clickhouse::Ch::connect(&ch_cfg)
+        .await
+        .map_err(|e| setup("query")(e.to_string()))?;
     let table_counts =
         fetch_table_counts(client.client(), &database).await.map_err(|e| setup("query")(e.to_string()))?;
     let events = fetch_events(client.client(), &database, 0, i64::MAX)
@@ -203,7 +207,7 @@ const AGENT_STOP_GRACE: Duration = Duration::from_secs(5);
 /// [`AGENT_STOP_GRACE`] for all of them, kills the rest and reaps every child.
 async fn stop_agents(agents: &mut [Agent]) {
     for pid in agents.iter().filter_map(|a| a.child.id()) {
-        crate::devch::signal_process(pid, libc::SIGTERM);
+        oomlens_devkit::devch::signal_process(pid, libc::SIGTERM);
     }
     let deadline = tokio::time::Instant::now() + AGENT_STOP_GRACE;
     for a in agents.iter_mut() {
@@ -216,12 +220,12 @@ async fn stop_agents(agents: &mut [Agent]) {
 async fn run_fleet(
     cfg: &DemoConfig,
     dir: &Path,
-    pki: &crate::certs::DevPki,
+    pki: &oomlens_collector::ingest::certs::DevPki,
     nodes: &[String],
     collector: &RunningCollector,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<AgentTotals, DemoError> {
-    let start_ms = crate::clickhouse::sink::now_ms() - (cfg.duration_s as i64) * 1000;
+    let start_ms = oomlens_schema::text::now_ms() - (cfg.duration_s as i64) * 1000;
     let mut agents = Vec::with_capacity(nodes.len());
     for (i, (node, files)) in pki.agents.iter().enumerate() {
         let logs = dir.join("job-logs").join(node);
@@ -339,4 +343,86 @@ async fn run_fleet(
         total.events += t.events;
     }
     Ok(total)
+}
+
+/// Prints the demo's closing report.
+pub fn print_demo_outcome(o: &DemoOutcome, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "Rows in ClickHouse (sent by the agents):")?;
+    for (table, rows) in &o.table_counts {
+        let sent = match table.as_str() {
+            "gpu_samples" => Some(o.sent.gpu_samples),
+            "process_samples" => Some(o.sent.process_samples),
+            "oom_events" => Some(o.sent.events),
+            _ => None,
+        };
+        let check = match sent {
+            Some(s) if s == *rows => format!("(sent {s}) ✓"),
+            Some(s) => format!("(sent {s}) MISMATCH"),
+            None => String::new(),
+        };
+        writeln!(out, "  {table:<16} {rows:>10}  {check}")?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{} OOM events:", o.events.len())?;
+    writeln!(
+        out,
+        "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  scenario (ground truth)  attributed (confidence)",
+        "node", "gpu", "job", "kind", "framework", "requested", "capacity"
+    )?;
+    let attributed: std::collections::HashMap<(&str, &str, u64), &oomlens_collector::analysis::Attribution> =
+        o.attributions
+            .iter()
+            .map(|a| {
+                ((a.features.cluster.as_str(), a.features.node.as_str(), a.features.event_id), &a.attribution)
+            })
+            .collect();
+    let mut events = o.events.clone();
+    events.sort_by(|a, b| (a.ts_ms, &a.node, a.gpu_index).cmp(&(b.ts_ms, &b.node, b.gpu_index)));
+    for e in &events {
+        let truth = if e.truth_scenario.is_empty() { "-" } else { &e.truth_scenario };
+        let rules = attributed.get(&(e.cluster.as_str(), e.node.as_str(), e.event_id)).map_or_else(
+            || "-".to_owned(),
+            |a| {
+                let mark = if a.scenario.as_str() == truth { "" } else { "  ✗" };
+                format!("{} ({} %){mark}", a.scenario, a.confidence_pct)
+            },
+        );
+        writeln!(
+            out,
+            "  {:<12} {:>3} {:<30} {:<14} {:<10} {:>11} {:>11}  {:<23} {}",
+            e.node,
+            opt(e.gpu_index),
+            oomlens_schema::text::ellipsize(&e.workload, 30),
+            e.kind,
+            e.framework,
+            human_bytes(e.requested_bytes),
+            human_bytes(e.capacity_bytes),
+            truth,
+            rules
+        )?;
+    }
+    let mut by: std::collections::BTreeMap<&str, usize> = Default::default();
+    for e in &o.events {
+        *by.entry(if e.truth_scenario.is_empty() { "-" } else { e.truth_scenario.as_str() }).or_default() +=
+            1;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "By scenario: {}",
+        by.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    )?;
+    let matrix = oomlens_collector::analysis::ConfusionMatrix::from_events(&o.attributions);
+    if matrix.total() > 0 {
+        writeln!(out)?;
+        writeln!(out, "Attribution (oom_features + the rule set of docs/attribution.md) vs ground truth:")?;
+        write!(out, "{matrix}")?;
+    }
+    writeln!(out, "Done in {:.1} s.", o.elapsed.as_secs_f64())?;
+    Ok(())
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }

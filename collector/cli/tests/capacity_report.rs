@@ -5,13 +5,14 @@
 //! `oomlens top --once` against the latest fixture readings.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
 
 use common::*;
-use oomlens_collector::attribution::{self, FeatureWindow};
+use oomlens_collector::analysis::{self, FeatureWindow};
 use serde_json::Value;
 
 fn report(url: &str, args: &[&str]) -> (i32, String, String) {
@@ -108,8 +109,7 @@ async fn capacity_report_numbers() {
     }
     let total: usize = ids.values().map(BTreeSet::len).sum();
     assert_eq!(doc["ooms"].as_u64(), Some(total as u64));
-    let attributed =
-        attribution::attribute_window(ch.client(), "oomlens", &FeatureWindow::ALL).await.unwrap();
+    let attributed = analysis::attribute_window(ch.client(), "oomlens", &FeatureWindow::ALL).await.unwrap();
     let mut scen: BTreeMap<(String, String), u64> = BTreeMap::new();
     for e in &attributed {
         *scen.entry((e.features.node.clone(), e.attribution.scenario.as_str().to_owned())).or_default() += 1;
@@ -235,7 +235,7 @@ async fn capacity_report_numbers() {
     assert!(
         frame.starts_with(&format!(
             "oomlens top — {} — {} GPUs",
-            oomlens_collector::timearg::format_ms(at),
+            oomlens_cli::timearg::format_ms(at),
             latest.len()
         )),
         "{frame}"
@@ -248,7 +248,7 @@ async fn capacity_report_numbers() {
             .nth(1)
             .unwrap_or_else(|| panic!("{cluster}/{node}: {frame}"));
         let line = at_node.lines().find(|l| l.trim_start().starts_with(&format!("GPU {gpu:<2}"))).unwrap();
-        assert!(line.contains(&oomlens_collector::report::human_bytes(Some(*used))), "{line}");
+        assert!(line.contains(&oomlens_cli::render::human_bytes(Some(*used))), "{line}");
     }
     let day_events: BTreeSet<(String, u64)> = sql_fixture("oom_events")
         .lines()

@@ -18,7 +18,7 @@
 use oomlens_schema::{OomEvent, OomKind, OtherProcess, Phase};
 use serde::{Deserialize, Serialize};
 
-use crate::queries::{self, ParamValue};
+use crate::analysis::queries::{self, ParamValue};
 
 use super::AttributionError;
 

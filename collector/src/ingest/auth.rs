@@ -20,7 +20,7 @@ use oomlens_schema::tls::{Reload, TlsError, TlsFiles, TlsMaterial, TlsWatch, ser
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::certs::CertIdentity;
+use crate::ingest::certs::CertIdentity;
 use crate::metrics::CollectorMetrics;
 
 // TLS alert descriptions (RFC 8446 §6), as carried in QUIC CRYPTO_ERROR codes (0x100 + alert).

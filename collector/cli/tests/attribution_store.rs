@@ -7,24 +7,25 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
 
 use common::*;
-use oomlens_collector::attribution::store::{self, AttributeOptions, RankedNeighbour};
-use oomlens_collector::attribution::{self, FeatureWindow};
-use oomlens_collector::capacity::{self, GroupBy};
+use oomlens_cli::capacity::{self, GroupBy};
+use oomlens_collector::analysis::queries::{self, ParamValue};
+use oomlens_collector::analysis::store::{self, AttributeOptions, RankedNeighbour};
+use oomlens_collector::analysis::{self, FeatureWindow};
 use oomlens_collector::clickhouse::{Ch, ChConfig};
-use oomlens_collector::queries::{self, ParamValue};
 
 /// The live answer: features + rules from the samples, the top 3 neighbours from oom_neighbours.
 async fn live(
     db: &clickhouse::Client,
     window: &FeatureWindow,
-) -> (Vec<attribution::AttributedEvent>, Vec<RankedNeighbour>) {
-    let events = attribution::attribute_window_live(db, "oomlens", window).await.unwrap();
-    let neighbours = attribution::features::fetch_neighbours(db, "oomlens", window, store::STORED_NEIGHBOURS)
+) -> (Vec<analysis::AttributedEvent>, Vec<RankedNeighbour>) {
+    let events = analysis::attribute_window_live(db, "oomlens", window).await.unwrap();
+    let neighbours = analysis::features::fetch_neighbours(db, "oomlens", window, store::STORED_NEIGHBOURS)
         .await
         .unwrap()
         .iter()
@@ -50,7 +51,7 @@ async fn assert_same_as_live(
         assert_eq!(got, want, "{what}: event {}", want.features.event_id);
     }
     assert_eq!(read.neighbours, neighbours, "{what}: neighbours");
-    assert_eq!(attribution::attribute_window(db, "oomlens", window).await.unwrap(), events, "{what}");
+    assert_eq!(analysis::attribute_window(db, "oomlens", window).await.unwrap(), events, "{what}");
     // The scenario-only reader (capacity report): the same scenarios and neighbours.
     let want: Vec<(String, String, u64, i64, &str)> = events
         .iter()
@@ -96,7 +97,7 @@ async fn stored_and_live_attributions_are_identical() {
     assert_eq!((read.stored, read.live), (0, distinct));
 
     // The attributor, in small chunks (by count and by time span).
-    let now = oomlens_collector::timearg::now_ms();
+    let now = oomlens_cli::timearg::now_ms();
     let opts = AttributeOptions {
         chunk_events: 7,
         chunk_span_ms: 3_600_000,
@@ -124,7 +125,7 @@ async fn stored_and_live_attributions_are_identical() {
     assert_eq!(stored_rows(db).await, distinct);
 
     // A narrower window and another look-back.
-    let events = attribution::attribute_window_live(db, "oomlens", &all).await.unwrap();
+    let events = analysis::attribute_window_live(db, "oomlens", &all).await.unwrap();
     let mid = events[events.len() / 2].features.ts_ms;
     let narrow = FeatureWindow { since_ms: mid - 3_600_000, until_ms: mid + 1, window_ms: all.window_ms };
     let read = assert_same_as_live(db, &narrow, "narrow window").await;

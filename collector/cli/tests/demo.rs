@@ -4,6 +4,7 @@
 //! reaped, ClickHouse stopped, a clear message, a failing exit status).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Stdio};

@@ -10,9 +10,10 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::queries::{self, ParamValue};
-use crate::report::{EventLine, human_bytes};
+use crate::render::human_bytes;
+use crate::report::EventLine;
 use crate::timearg::format_ms;
+use oomlens_collector::analysis::queries::{self, ParamValue};
 
 /// Fetching a frame failed.
 #[derive(Debug, thiserror::Error)]

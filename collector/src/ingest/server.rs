@@ -38,12 +38,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::auth::TlsReloader;
-use crate::certs::identity_from_der;
 use crate::clickhouse::sink::{Sink, SinkError};
 use crate::identity::AgentIdentity;
+use crate::ingest::auth::TlsReloader;
+use crate::ingest::certs::identity_from_der;
+use crate::ingest::warnlimit::WarnLimiter;
 use crate::metrics::CollectorMetrics;
-use crate::warnlimit::WarnLimiter;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -141,7 +141,7 @@ impl SessionError {
 impl SessionError {
     fn reason(&self) -> &'static str {
         match self {
-            SessionError::Handshake(e) => crate::auth::handshake_reject_reason(e),
+            SessionError::Handshake(e) => crate::ingest::auth::handshake_reject_reason(e),
             SessionError::NoCertificate => "no_certificate",
             SessionError::Certificate(_) => "certificate",
             SessionError::ClusterNotAllowed(_) => "cluster_not_allowed",
@@ -238,7 +238,7 @@ impl Server {
         let _tls_poll = self.cfg.tls_reload_interval.map(|every| AbortOnDrop(self.tls.spawn_poll(every)));
         info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
         // Summarises the peer-caused warnings suppressed in a window that ended quietly.
-        let mut summary_tick = tokio::time::interval(crate::warnlimit::WINDOW);
+        let mut summary_tick = tokio::time::interval(crate::ingest::warnlimit::WINDOW);
         loop {
             let incoming = tokio::select! {
                 i = self.endpoint.accept() => i,
@@ -452,7 +452,7 @@ struct CertSlot {
 
 impl CertConnections {
     /// Counts a connection of `cert`, `None` when it already has `max`.
-    fn enter(&self, cert: &crate::certs::CertIdentity, max: usize) -> Option<CertSlot> {
+    fn enter(&self, cert: &crate::ingest::certs::CertIdentity, max: usize) -> Option<CertSlot> {
         let key = (cert.cluster.clone(), cert.node.clone());
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = map.entry(key.clone()).or_default();
@@ -583,7 +583,7 @@ impl SessionCtx {
     async fn session(
         &mut self,
         conn: &quinn::Connection,
-        cert: crate::certs::CertIdentity,
+        cert: crate::ingest::certs::CertIdentity,
     ) -> Result<(), SessionError> {
         let (mut send, recv) = tokio::time::timeout(self.cfg.handshake_timeout, conn.accept_bi())
             .await
@@ -618,7 +618,7 @@ impl SessionCtx {
             Ok(None) => return Ok(()),
             Err(e) => return self.fail(&mut send, SessionError::read(e)).await,
         };
-        if let Err(message) = crate::auth::check_cluster(&self.cfg.allowed_clusters, &cert) {
+        if let Err(message) = crate::ingest::auth::check_cluster(&self.cfg.allowed_clusters, &cert) {
             return self.fail(&mut send, SessionError::ClusterNotAllowed(message)).await;
         }
         let identity = identity(&cert, &hello);
@@ -772,7 +772,7 @@ impl SessionCtx {
     }
 }
 
-fn peer_identity(conn: &quinn::Connection) -> Result<crate::certs::CertIdentity, SessionError> {
+fn peer_identity(conn: &quinn::Connection) -> Result<crate::ingest::certs::CertIdentity, SessionError> {
     let certs = conn
         .peer_identity()
         .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
@@ -792,7 +792,7 @@ fn log_suppressed(summary: Option<String>) {
 /// certificate's CN, cluster = its OU (the Hello's cluster only when the certificate has no OU).
 /// A Hello claiming another node or cluster is not refused — rows carry the certificate's
 /// identity, and the mismatch is logged and counted (`identity_mismatches`).
-pub fn identity(cert: &crate::certs::CertIdentity, hello: &Hello) -> AgentIdentity {
+pub fn identity(cert: &crate::ingest::certs::CertIdentity, hello: &Hello) -> AgentIdentity {
     AgentIdentity {
         cluster: cert.cluster.clone().unwrap_or_else(|| hello.cluster.clone()),
         node: cert.node.clone(),

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Attribution, OomFeatures};
-use crate::timearg::format_ms;
 
 /// A scenario the evidence leaves open.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -153,6 +152,23 @@ impl EventJson {
             static_estimate_bytes: f.static_estimate_bytes,
             need_alone_bytes: f.need_alone_bytes,
         }
+    }
+}
+
+/// An epoch-ms instant as RFC 3339 UTC with milliseconds (`2026-11-29T12:00:00.000Z`).
+pub fn format_ms(ms: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond()
+        ),
+        Err(_) => format!("{ms} ms"),
     }
 }
 

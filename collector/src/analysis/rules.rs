@@ -816,7 +816,7 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::features::EventEvidence;
+    use crate::analysis::features::EventEvidence;
 
     const GIB: u64 = 1 << 30;
 

@@ -6,14 +6,15 @@
 //! the unit they count, the sampled second per 0.1 % bucket (10 Hz samples count once a second).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
-use oomlens_collector::capacity::HeadroomRow;
+use oomlens_cli::capacity::HeadroomRow;
+use oomlens_collector::analysis::queries::{self, ParamValue};
 use oomlens_collector::clickhouse::Ch;
-use oomlens_collector::queries::{self, ParamValue};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -186,7 +187,7 @@ async fn raw_headroom_by_node(ch: &Ch) -> Vec<HeadroomRow> {
         .unwrap()
 }
 
-async fn migrated(server: &oomlens_collector::devch::DevClickHouse) -> Ch {
+async fn migrated(server: &oomlens_devkit::devch::DevClickHouse) -> Ch {
     let ch = Ch::connect(&ch_config_without_ttl(server)).await.unwrap();
     let report = ch.migrate().await.unwrap();
     assert!(report.rollups_created.contains(&"gpu_minutes_mv".to_owned()), "{report}");

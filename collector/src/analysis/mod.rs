@@ -1,11 +1,13 @@
-//! Attribution: why did each OOM happen, how sure are we, what would decide, what to do.
+//! Analysis: why did each OOM happen, how sure are we, what would decide, what to do.
 //!
+//! * [`queries`] — the built-in SQL (`collector/sql/*.sql`), the one registry every reader uses.
 //! * [`features`] — an event's evidence ([`EventEvidence`]: the `oom_features` row, or a parsed
 //!   message offline) and the features derived from it ([`OomFeatures::derive`], the one place).
 //! * [`rules`] — the ordered rule set: features → scenario, calibrated confidence, alternatives,
 //!   evidence, remedy, what would decide.
 //! * [`json`] — the JSON document of an attributed event (postmortem and explain).
 //! * [`accuracy`] — confusion matrix, per-rule precision and the reliability table.
+//! * [`explain`] — a message parsed and attributed offline (`oomlens explain`), the same way.
 //! * [`store`] — `oom_attributions`: each event's evidence, answer and top neighbours stored once
 //!   by the attributor (periodic in the collector, `oomlens attribute` on demand), read by reports.
 //!
@@ -16,8 +18,10 @@
 //! read `truth_scenario`. `docs/attribution.md` describes the method.
 
 pub mod accuracy;
+pub mod explain;
 pub mod features;
 pub mod json;
+pub mod queries;
 pub mod rules;
 pub mod store;
 
@@ -26,7 +30,7 @@ pub use features::{EventEvidence, FeatureWindow, Neighbour, OomFeatures};
 pub use json::EventJson;
 pub use rules::{Alternative, Attribution, Rule, attribute};
 
-use crate::queries::QueryError;
+use crate::analysis::queries::QueryError;
 
 /// Fetching or attributing events failed.
 #[derive(Debug, thiserror::Error)]

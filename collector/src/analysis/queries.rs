@@ -32,7 +32,7 @@ use std::sync::LazyLock;
 macro_rules! builtin {
     ($($name:literal),* $(,)?) => {
         /// `(file stem, file contents)` of every built-in query.
-        const FILES: &[(&str, &str)] = &[$(($name, include_str!(concat!("../sql/", $name, ".sql")))),*];
+        const FILES: &[(&str, &str)] = &[$(($name, include_str!(concat!("../../sql/", $name, ".sql")))),*];
     };
 }
 

@@ -1,0 +1,11 @@
+//! `oomlens-devkit`: what development and tests need besides the product — kept out of the
+//! product's libraries.
+//!
+//! * [`devch`] — a throw-away local ClickHouse server (tests, `oomlens demo`, the benches).
+//! * [`tinyfs`] — a small tmpfs that fills up (disk-full tests).
+//! * [`clitest`] — running a workspace binary in a test and reading its output, the repository
+//!   root, and the checks that every Prometheus metric a binary registers is documented.
+
+pub mod clitest;
+pub mod devch;
+pub mod tinyfs;
