@@ -225,13 +225,13 @@ pub struct TelemetrySection {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
-    /// Identity.
+    /// `[agent]`: node name, cluster and installation id this agent reports as.
     pub agent: AgentSection,
     /// Source and sampling.
     pub source: SourceSection,
     /// Simulator settings (`source.kind = "simulator"`).
     pub simulator: SimConfig,
-    /// Uplink.
+    /// `[uplink]`: collectors to send batches to, TLS files and batching.
     pub uplink: UplinkSection,
     /// Telemetry endpoint.
     pub telemetry: TelemetrySection,

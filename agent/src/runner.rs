@@ -40,9 +40,9 @@ pub enum RunError {
     /// The telemetry endpoint could not bind.
     #[error("cannot serve telemetry on {addr}: {source}")]
     Telemetry {
-        /// Address.
+        /// The configured `[telemetry] listen` address.
         addr: std::net::SocketAddr,
-        /// Error.
+        /// Why binding it failed (e.g. address in use).
         source: std::io::Error,
     },
     /// The flight recorder settings are invalid.

@@ -47,7 +47,7 @@ pub enum BaselineError {
     /// An HTTP insert failed.
     #[error("HTTP insert into {table}: {detail}")]
     Http {
-        /// Table.
+        /// The table the rows were inserted into.
         table: String,
         /// Status line and body, or the I/O error.
         detail: String,

@@ -377,7 +377,7 @@ pub struct PromSample {
     pub name: String,
     /// Labels in order of appearance.
     pub labels: Vec<(String, String)>,
-    /// Value.
+    /// The sample value, parsed as a float.
     pub value: f64,
     /// Timestamp, ms, when present.
     pub ts_ms: Option<i64>,

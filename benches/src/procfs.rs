@@ -55,7 +55,7 @@ pub struct Memory {
     pub rss_kib: u64,
     /// Peak resident set (`VmHWM`).
     pub peak_rss_kib: u64,
-    /// Threads.
+    /// Number of threads (`Threads`).
     pub threads: u64,
 }
 

@@ -18,13 +18,13 @@ pub struct ChArgs {
     /// ClickHouse HTTP URL.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_URL")]
     pub clickhouse_url: Option<String>,
-    /// Database.
+    /// ClickHouse database holding the oomlens tables.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_DATABASE")]
     pub database: Option<String>,
-    /// User.
+    /// ClickHouse user.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_USER")]
     pub user: Option<String>,
-    /// Password.
+    /// ClickHouse user's password.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
     /// ClickHouse cluster (from the servers' <remote_servers>) to spread the tables over:

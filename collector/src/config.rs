@@ -169,7 +169,7 @@ impl AttributionSection {
 pub struct CollectorConfig {
     /// QUIC listener.
     pub collector: CollectorSection,
-    /// ClickHouse.
+    /// `[clickhouse]`: where rows are stored and how inserts are batched.
     pub clickhouse: ChConfig,
     /// Telemetry endpoint.
     pub telemetry: TelemetrySection,

@@ -33,9 +33,9 @@ pub enum ServiceError {
     /// The telemetry endpoint could not bind.
     #[error("cannot serve telemetry on {addr}: {source}")]
     Telemetry {
-        /// Address.
+        /// The configured `[telemetry] listen` address.
         addr: SocketAddr,
-        /// Error.
+        /// Why binding it failed (e.g. address in use).
         source: std::io::Error,
     },
     /// Stopped before ClickHouse became reachable.

@@ -49,7 +49,7 @@ pub enum CorpusError {
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The I/O error from reading it.
         source: std::io::Error,
     },
     /// `index.toml` is not valid.

@@ -29,7 +29,7 @@ pub enum ParseCommandError {
     Read {
         /// The file (`-` for stdin).
         path: PathBuf,
-        /// Why.
+        /// The I/O error from opening or reading it.
         #[source]
         source: std::io::Error,
     },

@@ -33,11 +33,11 @@ pub enum Family {
     Torch,
     /// The CUDA runtime or driver.
     Cuda,
-    /// cuBLAS.
+    /// cuBLAS's `CUBLAS_STATUS_ALLOC_FAILED` (framework `cublas`).
     Cublas,
-    /// cuDNN.
+    /// cuDNN's `CUDNN_STATUS_ALLOC_FAILED` (framework `cudnn`).
     Cudnn,
-    /// NCCL.
+    /// NCCL's `Cuda failure 'out of memory'` (framework `nccl`).
     Nccl,
     /// TensorFlow's tensor allocation failure.
     TfTensor,
@@ -47,7 +47,7 @@ pub enum Family {
     Jax,
     /// ROCm's HIP runtime.
     Hip,
-    /// CuPy.
+    /// CuPy's `OutOfMemoryError: Out of memory allocating …` (framework `cupy`).
     Cupy,
     /// llama.cpp / ggml.
     Ggml,

@@ -17,15 +17,15 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
-        /// File.
+        /// The config file that could not be read.
         path: PathBuf,
-        /// Error.
+        /// The underlying I/O error.
         source: std::io::Error,
     },
     /// The file is not valid TOML for this schema.
     #[error("invalid config file {path}: {message}")]
     Parse {
-        /// File.
+        /// The config file that failed to parse.
         path: PathBuf,
         /// Parser message (names the key and line).
         message: String,

@@ -26,9 +26,9 @@ use crate::rows::{
 pub struct ServerVersion {
     /// Major (year-based since 18.x).
     pub major: u32,
-    /// Minor.
+    /// Minor version (8 in `24.8.1`).
     pub minor: u32,
-    /// Patch.
+    /// Patch number (0 when the version string has only two parts).
     pub patch: u32,
 }
 
@@ -114,7 +114,7 @@ pub struct TableSpec {
     pub name: &'static str,
     /// Columns (from the Row struct).
     pub columns: Vec<ColumnDef>,
-    /// Engine.
+    /// Table engine (`MergeTree` or `ReplacingMergeTree`).
     pub engine: Engine,
     /// `ORDER BY` key.
     pub order_by: &'static str,
@@ -457,9 +457,9 @@ pub enum SchemaMismatch {
     /// A column the Row struct writes is missing.
     #[error("table {table}: column {column} is missing (expected {expected})")]
     Missing {
-        /// Table.
+        /// Name of the table checked, without the database.
         table: String,
-        /// Column.
+        /// Name of the missing column.
         column: String,
         /// Expected type.
         expected: String,
@@ -467,9 +467,9 @@ pub enum SchemaMismatch {
     /// A column has another type than the Row struct writes.
     #[error("table {table}: column {column} has type {actual}, the collector writes {expected}")]
     WrongType {
-        /// Table.
+        /// Name of the table checked, without the database.
         table: String,
-        /// Column.
+        /// Name of the column with the wrong type.
         column: String,
         /// Expected type.
         expected: String,

@@ -208,7 +208,7 @@ pub enum Frame {
     Hello(v1::Hello),
     /// Session accepted.
     Welcome(v1::Welcome),
-    /// Data.
+    /// Readings and events from the agent, answered by an `Ack` once stored.
     Batch(v1::Batch),
     /// Data stored.
     Ack(v1::Ack),

@@ -135,9 +135,9 @@ row_table! {
 row_table! {
     /// One process reading (table `process_samples`).
     pub struct ProcessSampleRow in "process_samples" {
-        /// Cluster.
+        /// Cluster (from the certificate or, if it names none, the agent's Hello).
         pub cluster: String => LowCardinality,
-        /// Node.
+        /// Node (from the agent's certificate).
         pub node: String => LowCardinality,
         /// GPU index.
         pub gpu_index: u32 => Plain,
@@ -163,9 +163,9 @@ row_table! {
 row_table! {
     /// One failure (table `oom_events`, a ReplacingMergeTree keyed by event id).
     pub struct OomEventRow in "oom_events" {
-        /// Cluster.
+        /// Cluster (from the certificate or, if it names none, the agent's Hello).
         pub cluster: String => LowCardinality,
-        /// Node.
+        /// Node (from the agent's certificate).
         pub node: String => LowCardinality,
         /// Unix epoch ms of the failure.
         pub ts_ms: i64 => TS,
@@ -179,7 +179,7 @@ row_table! {
         pub kind: String => LowCardinality,
         /// `log`, `hook`, `kmsg`, `nvml`, `simulator`.
         pub source: String => LowCardinality,
-        /// Framework.
+        /// Framework that printed the message (`pytorch`, `cuda`, `nccl`, `kernel`, …).
         pub framework: String => LowCardinality,
         /// GPU index.
         pub gpu_index: Option<u32> => Plain,
@@ -201,17 +201,17 @@ row_table! {
         pub other_pids: Vec<u32> => Plain,
         /// Their used bytes (parallel to `other_pids`).
         pub other_used_bytes: Vec<u64> => Plain,
-        /// Phase.
+        /// Phase of the job at the failure (`forward`, `backward`, …, `unknown`).
         pub phase: String => LowCardinality,
         /// Parameter count.
         pub params: Option<u64> => Plain,
-        /// Micro-batch.
+        /// Micro-batch size (samples per GPU per step).
         pub batch_size: Option<u32> => Plain,
         /// Sequence length.
         pub seq_len: Option<u32> => Plain,
         /// Hidden size.
         pub hidden: Option<u32> => Plain,
-        /// Layers.
+        /// Number of layers.
         pub layers: Option<u32> => Plain,
         /// Attention heads.
         pub heads: Option<u32> => Plain,
@@ -251,9 +251,9 @@ row_table! {
 row_table! {
     /// One agent session's state (table `agents`, a ReplacingMergeTree keyed by agent + boot).
     pub struct AgentRow in "agents" {
-        /// Cluster.
+        /// Cluster (from the certificate or, if it names none, the agent's Hello).
         pub cluster: String => LowCardinality,
-        /// Node.
+        /// Node (from the agent's certificate).
         pub node: String => LowCardinality,
         /// Agent id.
         pub agent_id: String => Plain,
@@ -289,9 +289,9 @@ row_table! {
     /// Grafana), the rules' answer at store time with its alternatives, and the event's
     /// top-ranked neighbours (parallel arrays).
     pub struct OomAttributionRow in "oom_attributions" {
-        /// Cluster.
+        /// Cluster (from the certificate or, if it names none, the agent's Hello).
         pub cluster: String => LowCardinality,
-        /// Node.
+        /// Node (from the agent's certificate).
         pub node: String => LowCardinality,
         /// Event id.
         pub event_id: u64 => Plain,
@@ -299,15 +299,15 @@ row_table! {
         pub ts_ms: i64 => TS,
         /// Event kind.
         pub kind: String => LowCardinality,
-        /// Detector.
+        /// Detector that saw it (`log`, `hook`, `kmsg`, `nvml`, `simulator`).
         pub source: String => LowCardinality,
-        /// Framework.
+        /// Framework that printed the message (`pytorch`, `cuda`, `nccl`, `kernel`, …).
         pub framework: String => LowCardinality,
         /// Failing GPU.
         pub gpu_index: Option<u32> => Plain,
         /// Failing process.
         pub pid: Option<u32> => Plain,
-        /// Workload.
+        /// Workload of the failing process ('' when unknown).
         pub workload: String => LowCardinality,
         /// Simulator ground truth ('' for real events).
         pub truth_scenario: String => LowCardinality,
@@ -345,19 +345,19 @@ row_table! {
         pub host_rss_bytes: Option<u64> => Plain,
         /// Parameter count.
         pub params: Option<u64> => Plain,
-        /// Micro-batch.
+        /// Micro-batch size (samples per GPU per step).
         pub batch_size: Option<u32> => Plain,
         /// Sequence length.
         pub seq_len: Option<u32> => Plain,
         /// Hidden size.
         pub hidden: Option<u32> => Plain,
-        /// Layers.
+        /// Number of layers.
         pub layers: Option<u32> => Plain,
         /// Attention heads.
         pub heads: Option<u32> => Plain,
-        /// Precision.
+        /// Precision (`fp32`, `fp16`, `bf16`, …; '' when unknown).
         pub precision: String => LowCardinality,
-        /// Optimizer.
+        /// Optimizer (`adam`, `adamw`, `sgd`, …; '' when unknown).
         pub optimizer: String => LowCardinality,
         /// ZeRO stage.
         pub zero_stage: Option<u8> => Plain,

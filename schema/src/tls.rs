@@ -33,9 +33,9 @@ pub enum TlsError {
     Pem {
         /// CA, certificate or key.
         what: &'static str,
-        /// File.
+        /// The PEM file that could not be read or parsed.
         path: PathBuf,
-        /// Why.
+        /// The read or parse error, or what the file lacks.
         reason: String,
     },
     /// rustls refused the material.
@@ -217,7 +217,7 @@ pub enum Reload<T> {
     Reloaded(T),
     /// The files could not be read or the new config not built; keep the current one.
     Failed {
-        /// Why.
+        /// Why the files could not be read or the new config not built.
         error: TlsError,
         /// The same failure as at the previous check (already reported).
         repeated: bool,

@@ -321,7 +321,7 @@ pub enum FollowError {
     /// A path pattern is not a valid glob.
     #[error("invalid [logs] path pattern {pattern:?}: {message}")]
     Pattern {
-        /// Pattern.
+        /// The `[logs]` path pattern as configured.
         pattern: String,
         /// What is wrong.
         message: String,

@@ -99,7 +99,7 @@ pub enum HookError {
         path: PathBuf,
         /// The step.
         what: &'static str,
-        /// Error.
+        /// The I/O error the step failed with.
         source: std::io::Error,
     },
     /// `hook.group` does not exist.

@@ -32,9 +32,9 @@ pub enum KmsgError {
     /// Opening failed.
     #[error("cannot read the kernel log {path}: {source}{hint}")]
     Open {
-        /// Path.
+        /// The kernel log device that could not be opened (normally `/dev/kmsg`).
         path: PathBuf,
-        /// Error.
+        /// The I/O error from opening or seeking it.
         source: std::io::Error,
         /// What is missing.
         hint: &'static str,

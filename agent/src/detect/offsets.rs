@@ -41,7 +41,7 @@ pub struct FileOffset {
     pub path: PathBuf,
     /// Device id.
     pub dev: u64,
-    /// Inode.
+    /// Inode number; with `dev`, identifies the file across renames.
     pub ino: u64,
     /// Bytes consumed (complete lines).
     pub offset: u64,
@@ -66,15 +66,15 @@ pub enum OffsetError {
     /// I/O failed.
     #[error("log offsets file {path}: {source}")]
     Io {
-        /// Path.
+        /// The offsets state file (or its directory) that could not be read or written.
         path: PathBuf,
-        /// Error.
+        /// The underlying I/O (or JSON encoding) error.
         source: std::io::Error,
     },
     /// The content is not a valid state.
     #[error("log offsets file {path} is corrupt: {message}")]
     Corrupt {
-        /// Path.
+        /// The offsets state file whose content is invalid.
         path: PathBuf,
         /// Parser message.
         message: String,

@@ -30,7 +30,7 @@ pub struct RowCounts {
     pub gpu_samples: u64,
     /// Process samples.
     pub process_samples: u64,
-    /// Events.
+    /// OOM events (rows of `oom_events`).
     pub events: u64,
 }
 
@@ -112,7 +112,7 @@ pub enum SpoolError {
     Io {
         /// File or directory.
         path: PathBuf,
-        /// Error.
+        /// The underlying I/O error.
         source: std::io::Error,
     },
     /// Another process holds the spool directory.
@@ -121,7 +121,7 @@ pub enum SpoolError {
     /// Sequence numbers must strictly increase.
     #[error("batch seq {seq} is not above the last spooled seq {last}")]
     OutOfOrder {
-        /// Offered.
+        /// Sequence number of the batch offered to the spool.
         seq: u64,
         /// Last spooled.
         last: u64,

@@ -194,7 +194,7 @@ pub enum PodResourcesError {
 /// One container holding a device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Holder {
-    /// Namespace.
+    /// Kubernetes namespace of the pod, as the kubelet's pod-resources `List` reports it.
     pub namespace: String,
     /// Pod name.
     pub pod: String,
@@ -269,7 +269,7 @@ impl PodDevices {
 /// Namespace and name of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodName {
-    /// Namespace.
+    /// Kubernetes namespace (the part of the log directory name before the first `_`).
     pub namespace: String,
     /// Pod name.
     pub pod: String,

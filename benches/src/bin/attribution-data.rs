@@ -30,7 +30,7 @@ struct Args {
     /// Directory of the throw-away server (kept, so a second run can skip the load).
     #[arg(long, default_value = "/tmp/oomlens-bench-ch")]
     dir: std::path::PathBuf,
-    /// Nodes.
+    /// Number of simulated nodes (`node-00`, `node-01`, …).
     #[arg(long, default_value_t = 6)]
     nodes: u32,
     /// GPUs per node.

@@ -41,15 +41,15 @@ pub enum CapacityError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
-    /// Cluster.
+    /// Per cluster (the agent certificate's OU, else the agent's configured cluster).
     Cluster,
     /// GPU model (as the agents reported it).
     GpuModel,
-    /// Node.
+    /// Per node (the agent certificate's CN).
     Node,
     /// The `namespace` label.
     Namespace,
-    /// Workload.
+    /// Per workload (the pod, Slurm job, `job` or container label).
     Workload,
 }
 
@@ -83,7 +83,7 @@ impl std::str::FromStr for GroupBy {
 /// One row of `capacity_headroom` / `capacity_headroom_gpu_model`.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
 pub struct HeadroomRow {
-    /// Group.
+    /// The cluster, node, namespace, workload or GPU model of the group ('' when none).
     pub group_key: String,
     /// Distinct GPUs.
     pub gpus: u64,
@@ -104,21 +104,21 @@ pub struct HeadroomRow {
 /// One row of `capacity_events`.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
 pub struct CapacityEvent {
-    /// Cluster.
+    /// Cluster of the agent that reported the event.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
     /// Event id.
     pub event_id: u64,
     /// Failure time.
     pub ts_ms: i64,
-    /// GPU.
+    /// Index of the failing GPU on its node (None when the event names none).
     pub gpu_index: Option<u32>,
     /// GPU model ('' when unknown).
     pub gpu_model: String,
     /// Namespace label.
     pub namespace: String,
-    /// Workload.
+    /// Workload of the failing process ('' when unknown).
     pub workload: String,
 }
 
@@ -149,7 +149,7 @@ pub struct Group {
     pub p95: f64,
     /// p99.
     pub p99: f64,
-    /// Max.
+    /// Max of used / total, as a fraction (1.0 = full).
     pub max: f64,
     /// Share of samples at or above 90 % (of the time).
     pub above_90_share: f64,
@@ -166,15 +166,15 @@ pub struct Group {
 /// A workload near the edge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EdgeWorkload {
-    /// Workload.
+    /// The workload (pod, Slurm job, `job` or container label; never '').
     pub workload: String,
     /// p99 of the used / total of the GPUs it led.
     pub p99: f64,
-    /// Max.
+    /// Max of used / total of the GPUs it led, as a fraction (1.0 = full).
     pub max: f64,
     /// Share at or above 90 %.
     pub above_90_share: f64,
-    /// GPUs.
+    /// Distinct GPUs on which it held the most memory in at least one minute.
     pub gpus: u64,
 }
 
@@ -207,7 +207,7 @@ pub struct CapacityReport {
     pub since_ms: i64,
     /// Window end.
     pub until_ms: i64,
-    /// Grouping.
+    /// What the groups are keyed by (`--by`).
     pub by: GroupBy,
     /// Groups, most OOMs first, then by p99.
     pub groups: Vec<Group>,

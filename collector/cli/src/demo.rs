@@ -52,17 +52,17 @@ pub enum DemoError {
     /// Something it needed could not be started.
     #[error("{what}: {reason}")]
     Setup {
-        /// What.
+        /// The part that failed (`ClickHouse`, `certificates`, `collector`, …).
         what: &'static str,
-        /// Why.
+        /// Its error, as text.
         reason: String,
     },
     /// An agent failed.
     #[error("agent {node} failed: {reason}")]
     Agent {
-        /// Node.
+        /// Node name of the agent (`gpu-node-NN`).
         node: String,
-        /// Why.
+        /// What went wrong: it could not start, exited with an error, or left no readable report.
         reason: String,
     },
     /// Interrupted by Ctrl-C.

@@ -91,7 +91,7 @@ pub enum ExplainError {
     Read {
         /// The file (`-` for stdin).
         path: String,
-        /// Why.
+        /// The I/O error from opening or reading it.
         #[source]
         source: std::io::Error,
     },

@@ -45,9 +45,9 @@ pub struct Selection {
     pub until_ms: i64,
     /// One event id.
     pub event_id: Option<u64>,
-    /// Cluster.
+    /// Only events of this cluster.
     pub cluster: Option<String>,
-    /// Node.
+    /// Only events of this node (the agent certificate's CN).
     pub node: Option<String>,
     /// GPU index.
     pub gpu_index: Option<u32>,
@@ -84,17 +84,17 @@ pub struct EventRef {
     pub event_id: u64,
     /// Failure time.
     pub ts_ms: i64,
-    /// Cluster.
+    /// Cluster of the agent that reported the event.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
-    /// GPU.
+    /// Index of the failing GPU on its node (None when the event names none).
     pub gpu_index: Option<u32>,
-    /// PID.
+    /// Host PID of the failing process, when known.
     pub pid: Option<u32>,
-    /// Workload.
+    /// Workload of the failing process ('' when unknown).
     pub workload: String,
-    /// Kind.
+    /// Event kind (`cuda_oom`, `host_oom_kill`, `xid`, `suspected_oom`).
     pub kind: String,
     /// The `pod` label ('' when none).
     pub pod: String,
@@ -125,9 +125,9 @@ pub async fn find_events(
 pub struct ProcessPoint {
     /// Bucket start (epoch ms).
     pub bucket_ms: i64,
-    /// PID.
+    /// Host PID of the process.
     pub pid: u32,
-    /// Workload.
+    /// Its workload at its latest sample in the bucket ('' when unknown).
     pub workload: String,
     /// Process name.
     pub process_name: String,
@@ -149,9 +149,9 @@ pub struct GpuPoint {
 /// One process's curve.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProcessSeries {
-    /// PID.
+    /// Host PID of the process.
     pub pid: u32,
-    /// Workload.
+    /// Its workload ('' when unknown).
     pub workload: String,
     /// Process name.
     pub name: String,
@@ -284,9 +284,9 @@ pub async fn build(
 /// One neighbour in the JSON document.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NeighbourJson {
-    /// PID.
+    /// Host PID of the neighbour.
     pub pid: u32,
-    /// Workload.
+    /// Its workload ('' when unknown).
     pub workload: String,
     /// Process name.
     pub name: String,

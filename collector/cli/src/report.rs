@@ -42,23 +42,23 @@ pub struct EventLine {
     pub event_id: u64,
     /// Unix epoch ms.
     pub ts_ms: i64,
-    /// Cluster.
+    /// Cluster of the agent that reported the event.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
-    /// GPU.
+    /// Index of the failing GPU on its node (None when the event names none).
     pub gpu_index: Option<u32>,
-    /// PID.
+    /// Host PID of the failing process, when known.
     pub pid: Option<u32>,
-    /// Workload.
+    /// Workload of the failing process ('' when unknown).
     pub workload: String,
-    /// Kind.
+    /// Event kind (`cuda_oom`, `host_oom_kill`, `xid`, `suspected_oom`).
     pub kind: String,
-    /// Source.
+    /// Detector that saw it (`log`, `hook`, `kmsg`, `nvml`, `simulator`).
     pub source: String,
-    /// Framework.
+    /// Framework that printed the message (`pytorch`, `cuda`, `nccl`, `kernel`, …).
     pub framework: String,
-    /// Phase.
+    /// Phase of the job at the failure (`forward`, `backward`, …, `unknown`).
     pub phase: String,
     /// Requested bytes.
     pub requested_bytes: Option<u64>,

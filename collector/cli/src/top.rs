@@ -29,11 +29,11 @@ pub enum TopError {
 /// One row of `top_gpus`.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
 pub struct GpuNow {
-    /// Cluster.
+    /// Cluster of the agent that sampled the GPU.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
-    /// GPU.
+    /// NVML index of the GPU on its node.
     pub gpu_index: u32,
     /// Time of the reading.
     pub last_ts_ms: i64,
@@ -48,19 +48,19 @@ pub struct GpuNow {
 /// One row of `top_processes`.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
 pub struct ProcessNow {
-    /// Cluster.
+    /// Cluster of the agent that sampled the process.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
-    /// GPU.
+    /// NVML index of the GPU the process uses.
     pub gpu_index: u32,
-    /// PID.
+    /// Host PID.
     pub pid: u32,
     /// Time of the reading.
     pub last_ts_ms: i64,
     /// GPU memory.
     pub used_bytes: u64,
-    /// Workload.
+    /// Workload at the latest reading ('' when unknown).
     pub workload: String,
     /// Process name.
     pub process_name: String,
@@ -73,7 +73,7 @@ pub struct Frame {
     pub at_ms: i64,
     /// Readings considered live: the `live_ms` before `at_ms`.
     pub live_ms: i64,
-    /// GPUs.
+    /// The latest reading of every GPU sampled in the live window.
     pub gpus: Vec<GpuNow>,
     /// Processes, largest first.
     pub processes: Vec<ProcessNow>,

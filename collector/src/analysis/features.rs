@@ -76,9 +76,9 @@ impl FeatureWindow {
 /// One row of `oom_features`: what is known about one OOM event and its window.
 #[derive(Debug, Clone, PartialEq, Default, clickhouse::Row, Serialize, Deserialize)]
 pub struct EventEvidence {
-    /// Cluster.
+    /// Cluster of the agent that reported the event.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
     /// Event id.
     pub event_id: u64,
@@ -136,13 +136,13 @@ pub struct EventEvidence {
     pub host_rss_bytes: Option<u64>,
     /// Parameter count.
     pub params: Option<u64>,
-    /// Micro-batch.
+    /// Micro-batch size (samples per GPU per step).
     pub batch_size: Option<u32>,
     /// Sequence length.
     pub seq_len: Option<u32>,
     /// Hidden size.
     pub hidden: Option<u32>,
-    /// Layers.
+    /// Number of layers.
     pub layers: Option<u32>,
     /// Attention heads.
     pub heads: Option<u32>,
@@ -505,9 +505,9 @@ impl OomFeatures {
 /// One row of `oom_neighbours`: another process on the failing GPU (or node) in the window.
 #[derive(Debug, Clone, PartialEq, clickhouse::Row, Serialize, Deserialize)]
 pub struct Neighbour {
-    /// Cluster.
+    /// Cluster of the failing event (and the neighbour).
     pub cluster: String,
-    /// Node.
+    /// Node of the failing event (and the neighbour).
     pub node: String,
     /// The event.
     pub event_id: u64,
@@ -537,7 +537,7 @@ pub struct Neighbour {
     pub first_used_bytes: u64,
     /// Memory at the last sample.
     pub last_used_bytes: u64,
-    /// Peak.
+    /// Peak memory over its samples in the window.
     pub max_used_bytes: u64,
     /// Last − first.
     pub growth_bytes: i64,

@@ -28,23 +28,23 @@ pub struct EventJson {
     pub ts_ms: i64,
     /// Failure time, RFC 3339.
     pub time: String,
-    /// Cluster.
+    /// Cluster of the agent that reported the event.
     pub cluster: String,
-    /// Node.
+    /// Node name (the agent certificate's CN).
     pub node: String,
-    /// GPU.
+    /// Index of the failing GPU on its node (null when the event names none).
     pub gpu_index: Option<u32>,
-    /// PID.
+    /// Host PID of the failing process (null when unknown).
     pub pid: Option<u32>,
-    /// Workload.
+    /// Workload of the failing process ('' when unknown).
     pub workload: String,
     /// The `pod` label ('' when none).
     pub pod: String,
     /// Every label of the event (`log.path`, `k8s.pod`, `slurm.job_id`, `phase.clue`, …).
     pub labels: BTreeMap<String, String>,
-    /// Kind.
+    /// Event kind (`cuda_oom`, `host_oom_kill`, `xid`, `suspected_oom`).
     pub kind: String,
-    /// Detector.
+    /// Detector that saw it (`log`, `hook`, `kmsg`, `nvml`, `simulator`).
     pub source: String,
     /// Framework that printed the message.
     pub framework: String,
@@ -54,9 +54,9 @@ pub struct EventJson {
     pub phase_source: String,
     /// What the phase was read from.
     pub phase_clue: String,
-    /// Scenario.
+    /// Attributed scenario (`static`, `batch`, `sequence`, `contention`, …, `unknown`).
     pub scenario: String,
-    /// Rule.
+    /// Id of the rule that fired (e.g. `neighbours_took_it`).
     pub rule: String,
     /// Confidence in `[0, 1]`.
     pub confidence: f64,
@@ -68,7 +68,7 @@ pub struct EventJson {
     pub missing: Vec<String>,
     /// What evidence would decide between the scenarios left open.
     pub decide: Vec<String>,
-    /// Remedy.
+    /// The attributed scenario's standard remedy (what to change in the job).
     pub remedy: String,
     /// The limit the allocation failed against.
     pub capacity_bytes: Option<u64>,

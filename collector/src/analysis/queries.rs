@@ -243,9 +243,9 @@ impl From<String> for ParamValue {
 /// One `-- param:` line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Param {
-    /// Name.
+    /// Parameter name (e.g. `since_ms`).
     pub name: String,
-    /// Type.
+    /// ClickHouse type the argument must fit.
     pub ty: ParamType,
     /// Example value (the docs and the portability check run the query with it).
     pub example: ParamValue,
@@ -284,7 +284,7 @@ pub enum QueryError {
     /// Wrong number of arguments.
     #[error("query {query} takes {expected} argument(s) ({names}), got {got}")]
     ArgCount {
-        /// Query.
+        /// Name of the built-in query.
         query: String,
         /// Parameter count.
         expected: usize,
@@ -296,7 +296,7 @@ pub enum QueryError {
     /// An argument does not fit its parameter's type.
     #[error("query {query}: argument {param} must be {expected} ({ty}), got {got:?}")]
     ArgType {
-        /// Query.
+        /// Name of the built-in query.
         query: String,
         /// Parameter name.
         param: String,
@@ -310,7 +310,7 @@ pub enum QueryError {
     /// Text does not parse as a value of the type.
     #[error("{value:?} is not a valid {ty}")]
     BadValue {
-        /// Type.
+        /// The type the text was parsed as.
         ty: ParamType,
         /// The text.
         value: String,

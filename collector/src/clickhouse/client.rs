@@ -48,7 +48,7 @@ pub enum ChError {
     Unreachable {
         /// Configured URL.
         url: String,
-        /// Cause.
+        /// The clickhouse client's error from the failed connection.
         #[source]
         source: clickhouse::error::Error,
     },
@@ -67,7 +67,7 @@ pub enum ChError {
     Query {
         /// What was being done.
         what: String,
-        /// Cause.
+        /// The error the clickhouse client returned.
         #[source]
         source: clickhouse::error::Error,
     },

@@ -19,9 +19,9 @@ pub struct ChConfig {
     pub url: String,
     /// Database holding the oomlens tables (letters, digits, `_`).
     pub database: String,
-    /// User.
+    /// ClickHouse user the collector and the CLI connect as.
     pub user: String,
-    /// Password.
+    /// That user's password (redacted by `--print-config`).
     pub password: String,
     /// Retention in days per table family (0: keep forever).
     #[serde(with = "RetentionDef")]

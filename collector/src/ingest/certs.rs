@@ -24,9 +24,9 @@ pub enum CertError {
     /// A file could not be written or read.
     #[error("{path}: {source}")]
     Io {
-        /// File.
+        /// The certificate, key or directory that could not be written or read.
         path: PathBuf,
-        /// Error.
+        /// The underlying I/O error.
         source: std::io::Error,
     },
     /// A peer certificate could not be parsed or names no node.
@@ -222,7 +222,7 @@ pub fn mint_dev_pki(
 /// Identity carried by an agent certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertIdentity {
-    /// CN.
+    /// Node name: the certificate subject's CN.
     pub node: String,
     /// OU, if present.
     pub cluster: Option<String>,

@@ -83,9 +83,9 @@ pub enum ServerError {
     /// The UDP socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
-        /// Address.
+        /// The configured `collector.listen` UDP address.
         addr: SocketAddr,
-        /// Error.
+        /// Why binding it failed (e.g. address in use).
         source: std::io::Error,
     },
 }

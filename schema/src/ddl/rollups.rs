@@ -48,7 +48,7 @@ pub const MINUTE_MS: i64 = 60_000;
 /// One column of a rollup table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RollupColumn {
-    /// Name.
+    /// Column name (e.g. `used_pct`).
     pub name: &'static str,
     /// Type on every server.
     pub ty: &'static str,

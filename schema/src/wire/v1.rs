@@ -232,7 +232,7 @@ wire_enum! {
         Backward => "backward",
         /// Optimizer step.
         OptimizerStep => "optimizer_step",
-        /// Evaluation.
+        /// Evaluation / validation pass (e.g. `evaluation_loop`, `validation_step`).
         Eval => "eval",
         /// Inference serving.
         Inference => "inference",
@@ -342,7 +342,7 @@ wire_type! {
         pub gpu_samples: Vec<GpuSample>,
         /// Per-process readings.
         pub process_samples: Vec<ProcessSample>,
-        /// Failures.
+        /// OOM events (CUDA OOMs, host OOM kills, Xids, suspected OOMs).
         pub events: Vec<OomEvent>,
     }
 }

@@ -301,7 +301,7 @@ pub enum SimError {
     LogDir {
         /// The directory.
         path: PathBuf,
-        /// Why.
+        /// The I/O error from creating or writing it.
         #[source]
         source: std::io::Error,
     },
