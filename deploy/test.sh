@@ -100,9 +100,19 @@ if [ "${OOMLENS_SKIP_RUST_TESTS:-0}" != 1 ]; then
   done_section "rust tests"
 fi
 
-section "Python hook helper against a real hook listener"
+section "Python hook helper against a real hook listener; the pip package installs"
 OOMLENS_AGENT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
   "$python" -m unittest "$root/deploy/hooks/python/test_oomlens_hook.py" || failures+=("Python hook test")
+# `pip install ./deploy/hooks/python` as the docs say (built in a temporary copy: no build/ left).
+hookpkg=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-hookpkg.XXXXXX")
+cp "$root"/deploy/hooks/python/{pyproject.toml,README.md,oomlens_hook.py} "$hookpkg/"
+if "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall "$hookpkg" \
+  && (cd / && "$venv/bin/python" -c 'import oomlens_hook as h; assert h.PROTOCOL_VERSION == 2; print("ok   pip install ./deploy/hooks/python:", h.__file__)'); then
+  :
+else
+  failures+=("Python hook package")
+fi
+rm -rf "$hookpkg"
 done_section "Python hook test"
 
 section "Kubernetes: rendered manifests = Helm chart, schemas, invariants, configs accepted by the binaries"

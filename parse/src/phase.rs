@@ -251,6 +251,16 @@ fn frame_phase(f: &Frame<'_>) -> Option<(Phase, String)> {
     SOURCE.iter().find(|(frag, _)| src.contains(frag)).map(|(frag, p)| (*p, clue(frag.trim_end_matches('('))))
 }
 
+/// The phase an allocation site belongs to, from its file and function (the innermost user frame
+/// of an allocator snapshot block): `load` / `optimizer_init` / `optimizer_step` frames hold
+/// weights and optimizer state, `forward` / `backward` / `eval` / `inference` frames hold
+/// activations. `None` when the frame says nothing.
+pub fn phase_of_site(file: &str, function: &str) -> Option<Phase> {
+    let function = function.split('(').next().unwrap_or(function).trim();
+    let function = function.rsplit('.').next().unwrap_or(function);
+    frame_phase(&Frame { file, function, source: None }).map(|(p, _)| p)
+}
+
 /// The phase of a failure whose lines (traceback, message, trailer) are `lines`; `compact` is the
 /// compact form of its message text. `None` when nothing places it.
 pub fn phase_of(lines: &[String], compact: &str) -> Option<PhaseFinding> {

@@ -1,5 +1,11 @@
-//! The hook socket's wire format, version 1: one JSON object per line, parsed and validated into
-//! an [`OomEvent`] (or a ping), plus the JSON reply lines. Pure: no I/O.
+//! The hook socket's wire format, versions 1 and 2: one JSON object per line, parsed and
+//! validated into an [`OomEvent`] (or a ping), plus the JSON reply lines. Pure: no I/O.
+//!
+//! Version 2 adds `gpu_uuid` (the GPU as NVML names it; the CUDA index a container sees is kept
+//! as label `hook.cuda_index` and the event stage maps the UUID to the node's GPU index) and
+//! `allocator` (the allocator summary, `allocator.rs`). In both versions the exception text is
+//! run through the log parser, which fills the numbers the report leaves out (capacity, free,
+//! allocated, other processes, the phase from its traceback).
 //!
 //! `docs/hook-protocol.md` is the reference for every field. Parsing is strict where a mistake
 //! would lose meaning (unknown top-level or `job` keys, wrong types, out-of-range numbers are
@@ -12,8 +18,16 @@ use oomlens_schema::limits::MAX_RAW_MESSAGE;
 use oomlens_schema::{EventSource, JobShape, Label, OomEvent, OomKind, Phase};
 use serde_json::{Map, Value, json};
 
-/// The protocol version this agent speaks.
-pub const VERSION: u64 = 1;
+/// The newest protocol version this agent speaks.
+pub const VERSION: u64 = 2;
+/// Every version this agent accepts.
+pub const VERSIONS: &[u64] = &[1, 2];
+/// Label with the GPU's UUID as the hook reported it (v2).
+pub const GPU_UUID_LABEL: &str = "gpu.uuid";
+/// Label with the CUDA device index the job saw, when it sent a UUID (v2).
+pub const CUDA_INDEX_LABEL: &str = "hook.cuda_index";
+/// Longest GPU UUID accepted (`GPU-` + 36, MIG UUIDs are longer).
+pub const MAX_GPU_UUID: usize = 128;
 /// Most `memory_stats` entries accepted (PyTorch reports about a hundred).
 pub const MAX_MEMORY_STATS: usize = 1024;
 /// Most user `labels`.
@@ -43,6 +57,8 @@ pub const STAT_LABELS: &[&str] = &[
     "num_ooms",
 ];
 
+/// Keys of a v2 report beyond v1's.
+const V2_KEYS: &[&str] = &["gpu_uuid", "allocator"];
 const TOP_KEYS: &[&str] = &[
     "v",
     "type",
@@ -120,19 +136,24 @@ pub fn parse_line(line: &[u8]) -> Result<Request, BadRequest> {
     let Value::Object(obj) = value else {
         return Err(BadRequest::new("not_object", "a request is one JSON object per line"));
     };
-    match obj.get("v") {
-        Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
+    let version = match obj.get("v") {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|v| VERSIONS.contains(&v)) => {
+            n.as_u64().unwrap_or(1)
+        }
         Some(Value::Number(n)) => {
             return Err(BadRequest::new(
                 "version",
-                format!("unsupported protocol version {n} (this agent speaks v{VERSION})"),
+                format!("unsupported protocol version {n} (this agent speaks v1 and v{VERSION})"),
             ));
         }
-        Some(_) => return Err(BadRequest::new("version", "\"v\" must be the number 1")),
+        Some(_) => return Err(BadRequest::new("version", "\"v\" must be the number 1 or 2")),
         None => {
-            return Err(BadRequest::new("version", "missing \"v\" (protocol version; this agent speaks v1)"));
+            return Err(BadRequest::new(
+                "version",
+                "missing \"v\" (protocol version; this agent speaks v1 and v2)",
+            ));
         }
-    }
+    };
     match obj.get("type").and_then(Value::as_str) {
         Some("ping") => return Ok(Request::Ping),
         Some("oom") => {}
@@ -149,11 +170,17 @@ pub fn parse_line(line: &[u8]) -> Result<Request, BadRequest> {
             ));
         }
     }
-    parse_oom(&obj).map(|r| Request::Oom(Box::new(r)))
+    parse_oom(&obj, version).map(|r| Request::Oom(Box::new(r)))
 }
 
-fn parse_oom(obj: &Map<String, Value>) -> Result<OomReport, BadRequest> {
-    refuse_unknown(obj, TOP_KEYS, "")?;
+fn parse_oom(obj: &Map<String, Value>, version: u64) -> Result<OomReport, BadRequest> {
+    if version < 2
+        && let Some(k) = V2_KEYS.iter().find(|k| obj.contains_key(**k))
+    {
+        return Err(BadRequest::field(format!("field \"{k}\" needs protocol version 2 (\"v\":2)")));
+    }
+    let known: Vec<&str> = TOP_KEYS.iter().chain(V2_KEYS).copied().collect();
+    refuse_unknown(obj, &known, "")?;
     let f = Fields { obj, path: "" };
     let mut e = OomEvent {
         kind: OomKind::CudaOom,
@@ -191,6 +218,29 @@ fn parse_oom(obj: &Map<String, Value>) -> Result<OomReport, BadRequest> {
         e.free_bytes = m.u64("free_bytes")?;
         e.capacity_bytes = m.u64("total_bytes")?;
     }
+    if let Some(alloc) = f.object("allocator")? {
+        let summary = super::allocator::parse(alloc).map_err(BadRequest::field)?;
+        e.allocated_bytes = e.allocated_bytes.or(summary.allocated_bytes);
+        e.reserved_bytes = e.reserved_bytes.or(summary.reserved_bytes);
+        e.requested_bytes = e.requested_bytes.or(summary.requested_bytes);
+        e.labels.extend(summary.labels());
+    }
+    if let Some(uuid) = f.string("gpu_uuid")? {
+        let good = !uuid.is_empty()
+            && uuid.len() <= MAX_GPU_UUID
+            && uuid.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'/' | b'_'));
+        if !good {
+            return Err(BadRequest::field(format!(
+                "\"gpu_uuid\": expected 1-{MAX_GPU_UUID} characters of [A-Za-z0-9-/_] (GPU-…, MIG-…)"
+            )));
+        }
+        // The CUDA index is the job's own numbering; the UUID names the GPU on the node.
+        if let Some(cuda) = e.gpu_index.take() {
+            e.labels.push(Label { key: CUDA_INDEX_LABEL.to_owned(), value: cuda.to_string() });
+        }
+        e.labels.push(Label { key: GPU_UUID_LABEL.to_owned(), value: uuid });
+    }
+    fill_from_message(&mut e);
     if let Some(job) = f.object("job")? {
         e.job = parse_job(job)?;
     }
@@ -198,6 +248,42 @@ fn parse_oom(obj: &Map<String, Value>) -> Result<OomReport, BadRequest> {
         e.labels.extend(parse_user_labels(labels)?);
     }
     Ok(OomReport { pid, event: e })
+}
+
+/// Fills what the report leaves out from its exception text, read by the log parser (the same
+/// numbers a log line of that text would give): sizes, other processes, the phase and its clue.
+/// The report's own values win; the GPU index only comes from the text when the report names
+/// no GPU at all.
+fn fill_from_message(e: &mut OomEvent) {
+    if e.raw_message.is_empty() {
+        return;
+    }
+    let parsed = oomlens_parse::parse_all(e.raw_message.lines());
+    let Some(p) = parsed.iter().find(|p| p.kind == OomKind::CudaOom) else { return };
+    let from = p.to_event(0);
+    e.requested_bytes = e.requested_bytes.or(from.requested_bytes);
+    e.capacity_bytes = e.capacity_bytes.or(from.capacity_bytes);
+    e.free_bytes = e.free_bytes.or(from.free_bytes);
+    e.allocated_bytes = e.allocated_bytes.or(from.allocated_bytes);
+    e.reserved_bytes = e.reserved_bytes.or(from.reserved_bytes);
+    e.process_used_bytes = e.process_used_bytes.or(from.process_used_bytes);
+    if e.other_processes.is_empty() {
+        e.other_processes = from.other_processes;
+    }
+    if e.gpu_index.is_none() && !e.labels.iter().any(|l| l.key == GPU_UUID_LABEL) {
+        e.gpu_index = from.gpu_index;
+    }
+    let took_phase = e.phase == Phase::Unknown && from.phase != Phase::Unknown;
+    if took_phase {
+        e.phase = from.phase;
+    }
+    let phase_label =
+        |k: &str| k == oomlens_parse::PHASE_SOURCE_LABEL || k == oomlens_parse::PHASE_CLUE_LABEL;
+    for label in from.labels {
+        if (took_phase || !phase_label(&label.key)) && !e.labels.iter().any(|l| l.key == label.key) {
+            e.labels.push(label);
+        }
+    }
 }
 
 fn parse_job(obj: &Map<String, Value>) -> Result<JobShape, BadRequest> {
@@ -412,6 +498,59 @@ mod tests {
         parse_line(line.as_bytes()).unwrap_err()
     }
 
+    fn label<'a>(e: &'a OomEvent, key: &str) -> Option<&'a str> {
+        e.labels.iter().find(|l| l.key == key).map(|l| l.value.as_str())
+    }
+
+    #[test]
+    fn v2_names_the_gpu_by_uuid_and_carries_the_allocator_summary() {
+        let r = oom(r#"{"v":2,"type":"oom","gpu_index":0,"gpu_uuid":"GPU-5f8e0c2a-1111-2222-3333-444455556666",
+            "message":"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which 6.75 MiB is free. Including non-PyTorch memory, this process has 79.13 GiB memory in use. Of the allocated memory 77.60 GiB is allocated by PyTorch, and 1.03 GiB is reserved by PyTorch but unallocated.",
+            "allocator":{"segments":9,"reserved_bytes":84200000000,"allocated_bytes":83300000000,
+              "cached_free_bytes":1100000000,"largest_free_block_bytes":19000000,"free_blocks":300,
+              "sites":[{"site":"train.py:51","function":"forward","bytes":60000000000,"blocks":900}]}}"#)
+        .event;
+        assert_eq!(r.gpu_index, None, "the CUDA index is not the node's GPU index");
+        assert_eq!(label(&r, CUDA_INDEX_LABEL), Some("0"));
+        assert_eq!(label(&r, GPU_UUID_LABEL), Some("GPU-5f8e0c2a-1111-2222-3333-444455556666"));
+        assert_eq!(label(&r, "alloc.largest_free_block_bytes"), Some("19000000"));
+        assert_eq!(label(&r, "alloc.activation_bytes"), Some("60000000000"));
+        // The numbers the report left out come from its message.
+        assert_eq!(r.requested_bytes, Some(20 << 20));
+        let near =
+            |v: Option<u64>, gib: f64| v.is_some_and(|v| (v as f64 - gib * (1u64 << 30) as f64).abs() < 2.0);
+        assert!(near(r.capacity_bytes, 79.15), "{:?}", r.capacity_bytes);
+        assert!(near(r.process_used_bytes, 79.13), "{:?}", r.process_used_bytes);
+        // The allocator's own totals, not the message's rounded ones.
+        assert_eq!(r.allocated_bytes, Some(83_300_000_000));
+        assert_eq!(r.reserved_bytes, Some(84_200_000_000));
+        for (line, needle) in [
+            (r#"{"v":1,"type":"oom","gpu_uuid":"GPU-1"}"#, "needs protocol version 2"),
+            (r#"{"v":2,"type":"oom","gpu_uuid":"GPU 1"}"#, "gpu_uuid"),
+            (r#"{"v":2,"type":"oom","allocator":{"segments":"x"}}"#, "allocator.segments"),
+            (r#"{"v":2,"type":"oom","allocator":[]}"#, "allocator"),
+        ] {
+            let e = err(line);
+            assert!(e.reason == "field" && e.message.contains(needle), "{line}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn the_message_fills_a_v1_report_without_numbers() {
+        let r = oom(r#"{"v":1,"type":"oom","message":"Traceback (most recent call last):\n  File \"/app/run.py\", line 9, in <module>\n    model = AutoModelForCausalLM.from_pretrained(name, device_map='cuda')\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 2 has a total capacity of 23.55 GiB of which 312.00 MiB is free."}"#)
+            .event;
+        assert_eq!(r.gpu_index, Some(2));
+        assert_eq!(r.requested_bytes, Some(500 << 20));
+        assert_eq!(r.free_bytes, Some(312 << 20));
+        assert_eq!(r.phase, Phase::Load, "from the traceback");
+        assert_eq!(label(&r, oomlens_parse::PHASE_SOURCE_LABEL), Some("traceback"));
+        // A phase the job reported wins, and the traceback's clue is not attached to it.
+        let r = oom(r#"{"v":1,"type":"oom","phase":"forward","message":"  File \"/app/run.py\", line 9, in <module>\n    model = AutoModelForCausalLM.from_pretrained(name)\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 2 has a total capacity of 23.55 GiB of which 312.00 MiB is free."}"#)
+            .event;
+        assert_eq!(r.phase, Phase::Forward);
+        assert_eq!(label(&r, oomlens_parse::PHASE_SOURCE_LABEL), None);
+    }
+
     #[test]
     fn full_report_maps_every_field() {
         let r = oom(r#"{"v":1,"type":"oom","pid":42,"gpu_index":3,"requested_bytes":1073741824,
@@ -468,8 +607,8 @@ mod tests {
         assert_eq!(err("not json").reason, "not_json");
         assert_eq!(err("[1,2]").reason, "not_object");
         assert_eq!(err(r#"{"type":"oom"}"#).reason, "version");
-        let e = err(r#"{"v":2,"type":"oom"}"#);
-        assert!(e.reason == "version" && e.message.contains("version 2"), "{e:?}");
+        let e = err(r#"{"v":3,"type":"oom"}"#);
+        assert!(e.reason == "version" && e.message.contains("version 3"), "{e:?}");
         assert_eq!(err(r#"{"v":"1","type":"oom"}"#).reason, "version");
         assert_eq!(err(r#"{"v":1,"type":"crash"}"#).reason, "type");
         assert_eq!(err(r#"{"v":1}"#).reason, "type");

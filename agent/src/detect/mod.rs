@@ -1,6 +1,7 @@
 //! OOM detectors: each turns one signal (job logs, the hook socket, the kernel log, NVML process
 //! tracking) into `OomEvent`s sent into the agent's reading channel.
 
+pub mod allocator;
 pub mod confine;
 pub mod follow;
 pub mod hook;

@@ -40,12 +40,15 @@ pub struct EventStage {
 /// Label saying the event's capacity is the GPU's NVML total (its message had none).
 pub const CAPACITY_SOURCE_LABEL: &str = "capacity.source";
 
-/// Fills a GPU event's missing capacity from the node's inventory: the NVML total of its GPU, or
-/// — when the message names no GPU — the total every GPU of the node shares (a node of one GPU
-/// model). The event then carries the label `capacity.source=nvml`.
+/// Fills what the node's inventory knows about a GPU event: the node's GPU index of a GPU a hook
+/// report named by UUID (label `gpu.uuid`; the job's CUDA index is its own numbering), and a
+/// missing capacity — the NVML total of its GPU, or, when the message names no GPU, the total
+/// every GPU of the node shares (a node of one GPU model). A filled capacity carries the label
+/// `capacity.source=nvml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CapacityFill {
     by_index: std::collections::BTreeMap<u32, u64>,
+    by_uuid: std::collections::BTreeMap<String, u32>,
 }
 
 impl CapacityFill {
@@ -57,6 +60,22 @@ impl CapacityFill {
                 .filter(|g| g.memory_total_bytes > 0)
                 .map(|g| (g.index, g.memory_total_bytes))
                 .collect(),
+            by_uuid: inventory
+                .iter()
+                .filter(|g| !g.uuid.is_empty())
+                .map(|g| (g.uuid.clone(), g.index))
+                .collect(),
+        }
+    }
+
+    /// Sets the GPU index of an event that names its GPU only by UUID, when the node has it.
+    pub fn locate(&self, e: &mut OomEvent) {
+        if e.gpu_index.is_some() {
+            return;
+        }
+        let uuid = e.labels.iter().find(|l| l.key == crate::detect::hook_schema::GPU_UUID_LABEL);
+        if let Some(index) = uuid.and_then(|l| self.by_uuid.get(&l.value)) {
+            e.gpu_index = Some(*index);
         }
     }
 
@@ -169,7 +188,8 @@ impl EventStage {
         events.extend(suspected);
         let mut out = std::mem::take(&mut self.ready);
         out.extend(self.merger.poll_keyed(self.latest_ms));
-        for e in events {
+        for mut e in events {
+            self.capacity.locate(&mut e);
             let keys = self.journal_event(&e);
             out.extend(self.merger.push_keyed(e, keys, self.latest_ms));
         }
@@ -318,6 +338,29 @@ mod tests {
         assert!(stage.on_reading(&mut r).is_empty(), "held for merging");
         let mut tick = Reading { ts_ms: Some(5_000), ..Reading::default() };
         assert_eq!(stage.on_reading(&mut tick).len(), 1);
+    }
+
+    #[test]
+    fn a_gpu_named_by_uuid_gets_the_nodes_index_and_capacity() {
+        let gpu = |index, uuid: &str| GpuInfo {
+            index,
+            uuid: uuid.to_owned(),
+            memory_total_bytes: 80 << 30,
+            ..GpuInfo::default()
+        };
+        let fill = CapacityFill::new(&[gpu(0, "GPU-aaa"), gpu(5, "GPU-bbb")]);
+        let named = |uuid: &str| OomEvent {
+            kind: OomKind::CudaOom,
+            labels: vec![Label { key: "gpu.uuid".into(), value: uuid.into() }],
+            ..OomEvent::default()
+        };
+        let mut e = named("GPU-bbb");
+        fill.locate(&mut e);
+        fill.fill(&mut e);
+        assert_eq!((e.gpu_index, e.capacity_bytes), (Some(5), Some(80 << 30)));
+        let mut unknown = named("GPU-zzz");
+        fill.locate(&mut unknown);
+        assert_eq!(unknown.gpu_index, None, "a GPU this node does not have stays unnamed");
     }
 
     #[test]

@@ -2,48 +2,67 @@
 
 Standard library only; torch is used when the job already has it (never imported eagerly).
 The agent listens on a Unix socket (``OOMLENS_HOOK_SOCKET``, default ``/run/oomlens/hook.sock``)
-and takes one JSON line per report (protocol v1, see docs/hook-protocol.md).
+and takes one JSON line per report (protocol v2, see docs/hook-protocol.md).
 
-Three ways to use it, all of which re-raise the original exception after reporting::
+The simplest use, once at start-up::
 
     import oomlens_hook
+    oomlens_hook.install(record_history=True, params=7_000_000_000, tp=2, dp=8)
 
-    # 1. Around the code that may fail, with the phase and the job's shape.
+``install`` attaches PyTorch's out-of-memory observer, so at the failure the allocator's state is
+summarised in the job's process (segments, the largest free block, free blocks by size, the code
+holding the most memory; a few KiB, never the raw snapshot), and reports uncaught OOMs. Scopes
+add what only the code knows, and all of them re-raise the original exception after reporting::
+
+    # Around the code that may fail, with the phase and the job's shape.
     with oomlens_hook.report_oom(phase="forward", batch=32, seq_len=4096, precision="bf16"):
         loss = model(batch)
 
-    # 2. As a decorator.
+    # As a decorator.
     @oomlens_hook.report_oom(phase="optimizer_step", optimizer="adamw", zero_stage=2)
     def step(): ...
 
-    # 3. For anything that escapes the program.
+    # Only the excepthook (no observer, no history).
     oomlens_hook.install_excepthook(params=7_000_000_000, tp=2, dp=8)
+
+Nested scopes merge: an inner ``report_oom(phase="backward")`` inside an outer
+``report_oom(batch=16, labels={...})`` reports the phase, the batch and the labels (inner values
+win). Rank labels (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``SLURM_JOB_ID``,
+``TORCHELASTIC_RUN_ID``) are added from the environment. The GPU is sent by UUID, which the agent
+maps to its own GPU numbering (a container's CUDA index 0 is not the node's GPU 0).
 
 Reporting never raises and waits at most ``timeout`` seconds (default 0.5) for the agent. A report
 is sent once per exception object, however many of these wrap it.
 """
 
+import contextvars
 import functools
 import json
 import os
 import re
 import socket
 import sys
+import threading
+import time
 
 __all__ = [
     "DEFAULT_SOCKET",
     "ENV_SOCKET",
+    "FREE_BLOCK_BOUNDS",
     "JOB_FIELDS",
     "PHASES",
+    "RANK_LABELS",
     "build_report",
+    "install",
     "install_excepthook",
     "is_cuda_oom",
     "ping",
     "report_oom",
     "send_report",
+    "summarize_snapshot",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 DEFAULT_SOCKET = "/run/oomlens/hook.sock"
 ENV_SOCKET = "OOMLENS_HOOK_SOCKET"
 DEFAULT_TIMEOUT_S = 0.5
@@ -108,6 +127,30 @@ _REQUESTED = re.compile(r"Tried to allocate " + _SIZE)
 _PROCESS_USED = re.compile(r"this process has " + _SIZE + r" memory in use")
 _GPU = re.compile(r"\bGPU (\d+)\b")
 _REPORTED_ATTR = "_oomlens_reported"
+
+# Environment variables added as labels (label key: variable), when set.
+RANK_LABELS = {
+    "rank": "RANK",
+    "local_rank": "LOCAL_RANK",
+    "world_size": "WORLD_SIZE",
+    "slurm_job_id": "SLURM_JOB_ID",
+    "torchelastic_run_id": "TORCHELASTIC_RUN_ID",
+}
+# Upper bounds (exclusive, bytes) of the free-block histogram's buckets; the last bucket is the rest.
+FREE_BLOCK_BOUNDS = (1 << 20, 8 << 20, 64 << 20, 512 << 20, 4 << 30)
+MAX_SITES = 8
+MAX_SITE_CHARS = 160
+# How long an allocator summary taken by the OOM observer waits for its exception, seconds.
+OBSERVED_TTL_S = 30.0
+# Frames inside these paths are library code, not the job's own: the innermost other frame is
+# the allocation site.
+_LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "/lib/python", "<frozen", "<string>")
+
+# The merged context of the enclosing report_oom scopes (phase, job, labels, gpu_index).
+_SCOPE = contextvars.ContextVar("oomlens_hook_scope", default=None)
+# Allocator summaries taken by the OOM observer, newest last: (monotonic time, device, summary).
+_OBSERVED = []
+_OBSERVED_LOCK = threading.Lock()
 
 
 def _warn(text):
@@ -193,8 +236,155 @@ def _clean_labels(labels):
     return out
 
 
-def build_report(exc, phase=None, job=None, labels=None, gpu_index=None):
-    """The v1 report (a dict) for exception ``exc``; never raises for odd input."""
+def _rank_labels():
+    out = {}
+    for key, var in RANK_LABELS.items():
+        value = os.environ.get(var)
+        if value:
+            out[key] = value
+    return out
+
+
+def _gpu_uuid(cuda, index):
+    """The NVML-style UUID (``GPU-…`` / ``MIG-…``) of CUDA device ``index``, or None."""
+    try:
+        uuid = getattr(cuda.get_device_properties(index), "uuid", None)
+    except Exception:  # noqa: BLE001 - old torch, no CUDA: no uuid
+        return None
+    if uuid is None:
+        return None
+    text = str(uuid)
+    if not text:
+        return None
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def _innermost_user_frame(frames):
+    """The innermost frame outside library code (frames come innermost first), else the innermost."""
+    if not frames:
+        return None
+    for frame in frames:
+        filename = str(frame.get("filename", ""))
+        if filename and not any(part in filename for part in _LIBRARY_PARTS):
+            return frame
+    return frames[0]
+
+
+def _block_frames(block):
+    """The stack frames recorded for a block: ``frames`` (torch >= 2.1) or its last ``history``
+    entry's (torch 2.0)."""
+    frames = block.get("frames")
+    if frames:
+        return frames
+    history = block.get("history") or []
+    if history and isinstance(history[-1], dict):
+        return history[-1].get("frames") or []
+    return []
+
+
+def summarize_snapshot(snapshot, device=None, requested_bytes=None, top_sites=MAX_SITES):
+    """Summarises ``torch.cuda.memory._snapshot()`` for ``device`` (every device when None): a
+    small dict (see docs/hook-protocol.md, "allocator"), or None when the snapshot has no segment
+    of that device. Never raises for odd input; unknown block states count as neither free nor
+    allocated."""
+    try:
+        segments = [s for s in (snapshot or {}).get("segments", []) if isinstance(s, dict)]
+        if device is not None:
+            segments = [s for s in segments if s.get("device", device) == device]
+        if not segments:
+            return None
+        reserved = allocated = cached_free = largest_free = free_blocks = 0
+        hist = [0] * (len(FREE_BLOCK_BOUNDS) + 1)
+        sites = {}
+        recorded = False
+        for seg in segments:
+            reserved += int(seg.get("total_size", 0))
+            for block in seg.get("blocks", []) or []:
+                size = int(block.get("size", 0))
+                state = block.get("state", "")
+                if state == "inactive":
+                    cached_free += size
+                    free_blocks += 1
+                    largest_free = max(largest_free, size)
+                    hist[sum(1 for bound in FREE_BLOCK_BOUNDS if size >= bound)] += 1
+                elif state.startswith("active"):
+                    allocated += size
+                    frame = _innermost_user_frame(_block_frames(block))
+                    if frame is None:
+                        continue
+                    recorded = True
+                    site = "%s:%s" % (frame.get("filename", "?"), frame.get("line", "?"))
+                    key = (site[-MAX_SITE_CHARS:], str(frame.get("name", "?"))[:MAX_SITE_CHARS])
+                    bytes_, blocks = sites.get(key, (0, 0))
+                    sites[key] = (bytes_ + size, blocks + 1)
+        top = sorted(sites.items(), key=lambda kv: (-kv[1][0], kv[0]))[: max(0, int(top_sites))]
+        summary = {
+            "segments": len(segments),
+            "reserved_bytes": reserved,
+            "allocated_bytes": allocated,
+            "cached_free_bytes": cached_free,
+            "largest_free_block_bytes": largest_free,
+            "free_blocks": free_blocks,
+            "free_block_histogram": hist,
+            "history_recorded": recorded,
+            "sites": [
+                {"site": site, "function": function, "bytes": b, "blocks": n}
+                for (site, function), (b, n) in top
+            ],
+        }
+        if device is not None:
+            summary["device"] = int(device)
+        if requested_bytes is not None:
+            summary["requested_bytes"] = int(requested_bytes)
+        return summary
+    except Exception as e:  # noqa: BLE001 - a snapshot of an unexpected shape: no summary
+        _warn("could not summarise the allocator snapshot: %s" % e)
+        return None
+
+
+def _take_summary(cuda, device, requested_bytes=None):
+    """Snapshots the allocator now and summarises it for ``device``; None where torch cannot."""
+    memory = getattr(cuda, "memory", None)
+    snapshot = getattr(memory, "_snapshot", None) if memory is not None else None
+    if snapshot is None:
+        return None
+    try:
+        taken = snapshot()
+    except Exception as e:  # noqa: BLE001 - no CUDA context, old torch
+        _warn("no allocator snapshot: %s" % e)
+        return None
+    return summarize_snapshot(taken, device, requested_bytes)
+
+
+def _observed_summary(device):
+    """The newest summary the OOM observer took for ``device`` within OBSERVED_TTL_S (consumed)."""
+    now = time.monotonic()
+    with _OBSERVED_LOCK:
+        _OBSERVED[:] = [o for o in _OBSERVED if now - o[0] <= OBSERVED_TTL_S]
+        for i in range(len(_OBSERVED) - 1, -1, -1):
+            if device is None or _OBSERVED[i][1] == device:
+                return _OBSERVED.pop(i)[2]
+    return None
+
+
+def _merge_context(outer, phase=None, job=None, labels=None, gpu_index=None):
+    """``outer`` (a scope context or None) with these values on top (the inner ones win)."""
+    outer = outer or {}
+    merged = {
+        "phase": phase if phase is not None else outer.get("phase"),
+        "job": dict(outer.get("job") or {}, **(job or {})),
+        "labels": dict(outer.get("labels") or {}, **(labels or {})),
+        "gpu_index": gpu_index if gpu_index is not None else outer.get("gpu_index"),
+    }
+    return merged
+
+
+def build_report(exc, phase=None, job=None, labels=None, gpu_index=None, allocator=None):
+    """The v2 report (a dict) for exception ``exc``; never raises for odd input. The enclosing
+    ``report_oom`` scopes' context is merged under these arguments. ``allocator`` is a
+    summary from :func:`summarize_snapshot` (default: the OOM observer's, or a snapshot now)."""
+    ctx = _merge_context(_SCOPE.get(), phase, job, labels, gpu_index)
+    phase, job, labels, gpu_index = ctx["phase"], ctx["job"], ctx["labels"], ctx["gpu_index"]
     message = "%s.%s: %s" % (type(exc).__module__, type(exc).__qualname__, exc)
     report = {
         "v": PROTOCOL_VERSION,
@@ -239,12 +429,22 @@ def build_report(exc, phase=None, job=None, labels=None, gpu_index=None):
             report["mem_get_info"] = {"free_bytes": int(free), "total_bytes": int(total)}
         except Exception:  # noqa: BLE001
             pass
+        if gpu_index is not None:
+            uuid = _gpu_uuid(cuda, gpu_index)
+            if uuid:
+                report["gpu_uuid"] = uuid[:MAX_SITE_CHARS]
+        if allocator is None and is_cuda_oom(exc):
+            allocator = _observed_summary(gpu_index) or _take_summary(
+                cuda, gpu_index, report.get("requested_bytes")
+            )
+    if allocator:
+        report["allocator"] = allocator
     if gpu_index is not None:
         report["gpu_index"] = int(gpu_index)
     job = _clean_job(job)
     if job:
         report["job"] = job
-    labels = _clean_labels(labels)
+    labels = _clean_labels(dict(_rank_labels(), **(labels or {})))
     if labels:
         report["labels"] = labels
     return report
@@ -274,7 +474,8 @@ def _exchange(line, socket_path, timeout):
         return None
 
 
-def send_report(exc, phase=None, job=None, labels=None, gpu_index=None, socket_path=None, timeout=DEFAULT_TIMEOUT_S):
+def send_report(exc, phase=None, job=None, labels=None, gpu_index=None, socket_path=None, timeout=DEFAULT_TIMEOUT_S,
+                allocator=None):
     """Reports ``exc`` once; returns the agent's reply (``{"ok": True, "event_id": ...}`` or
     ``{"ok": False, "error": ...}``) or None when nothing was sent. Never raises."""
     try:
@@ -284,7 +485,7 @@ def send_report(exc, phase=None, job=None, labels=None, gpu_index=None, socket_p
             setattr(exc, _REPORTED_ATTR, True)
         except Exception:  # noqa: BLE001 - exceptions without __dict__ may be reported twice
             pass
-        line = json.dumps(build_report(exc, phase, job, labels, gpu_index), separators=(",", ":"))
+        line = json.dumps(build_report(exc, phase, job, labels, gpu_index, allocator), separators=(",", ":"))
         reply = _exchange(line, socket_path, timeout)
         if isinstance(reply, dict) and not reply.get("ok"):
             _warn("the agent refused the report: %s" % reply.get("error"))
@@ -304,7 +505,8 @@ class report_oom:
     """Context manager and decorator: reports a CUDA OOM raised inside, then re-raises it.
 
     ``phase`` is one of PHASES; ``job`` (a dict) and keyword arguments give the job's shape
-    (JOB_FIELDS); ``labels`` (a dict) adds ``job.<key>`` labels (team, model, run id, rank...).
+    (JOB_FIELDS); ``labels`` (a dict) adds ``job.<key>`` labels (team, model, run id...). Scopes
+    nest: the report carries the merged context of every enclosing scope (inner values win).
     """
 
     def __init__(self, phase=None, job=None, labels=None, gpu_index=None, socket_path=None,
@@ -316,15 +518,21 @@ class report_oom:
         self.socket_path = socket_path
         self.timeout = timeout
         self.last_reply = None
+        self._tokens = []
 
     def __enter__(self):
+        merged = _merge_context(_SCOPE.get(), self.phase, self.job, self.labels, self.gpu_index)
+        self._tokens.append(_SCOPE.set(merged))
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc is not None and is_cuda_oom(exc):
-            self.last_reply = send_report(
-                exc, self.phase, self.job, self.labels, self.gpu_index, self.socket_path, self.timeout
-            )
+        try:
+            if exc is not None and is_cuda_oom(exc):
+                # The merged context is the current one: build_report reads it.
+                self.last_reply = send_report(exc, socket_path=self.socket_path, timeout=self.timeout)
+        finally:
+            if self._tokens:
+                _SCOPE.reset(self._tokens.pop())
         return False  # never swallow the exception
 
     def __call__(self, fn):
@@ -352,3 +560,65 @@ def install_excepthook(phase=None, job=None, labels=None, gpu_index=None, socket
 
     sys.excepthook = hook
     return previous
+
+
+def _observer(cuda):
+    """The function PyTorch calls at an OOM (device, requested, device total, device free): it
+    summarises the allocator while the failed state is intact, for the report that follows."""
+
+    def observe(device, alloc, device_allocated, device_free):
+        try:
+            summary = _take_summary(cuda, int(device), int(alloc))
+            if summary is not None:
+                with _OBSERVED_LOCK:
+                    _OBSERVED.append((time.monotonic(), int(device), summary))
+                    del _OBSERVED[:-8]
+        except Exception as e:  # noqa: BLE001 - never raise into the allocator
+            _warn("OOM observer failed: %s" % e)
+
+    return observe
+
+
+def install(record_history=False, max_entries=100_000, excepthook=True, phase=None, job=None, labels=None,
+            socket_path=None, timeout=DEFAULT_TIMEOUT_S, **shape):
+    """Sets up reporting for the whole process; returns what it could set up (a dict of booleans:
+    ``observer``, ``history``, ``excepthook``). Never raises.
+
+    * ``observer``: PyTorch's out-of-memory observer summarises the allocator at each OOM.
+    * ``history`` (with ``record_history``): the allocator records the stack of each allocation
+      (at most ``max_entries`` entries), so the summary names the code holding the memory. This
+      costs a little time per allocation; leave it off where that matters.
+    * ``excepthook``: uncaught CUDA OOMs are reported (with ``phase``, ``job``, ``labels``).
+
+    Without torch or CUDA the observer and history are skipped (reported False)."""
+    done = {"observer": False, "history": False, "excepthook": False}
+    if excepthook:
+        install_excepthook(phase, job, labels, None, socket_path, timeout, **shape)
+        done["excepthook"] = True
+    torch = _torch()
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    try:
+        available = bool(cuda is not None and cuda.is_available())
+    except Exception:  # noqa: BLE001
+        available = False
+    if not available:
+        return done
+    attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+    if attach is not None:
+        try:
+            attach(_observer(cuda))
+            done["observer"] = True
+        except Exception as e:  # noqa: BLE001
+            _warn("cannot attach the OOM observer: %s" % e)
+    if record_history:
+        record = getattr(getattr(cuda, "memory", None), "_record_memory_history", None)
+        if record is not None:
+            try:
+                try:
+                    record(enabled="all", context="alloc", stacks="python", max_entries=int(max_entries))
+                except TypeError:  # torch 2.0: record_memory_history(enabled, record_context, trace_alloc_max_entries)
+                    record(True, trace_alloc_max_entries=int(max_entries))
+                done["history"] = True
+            except Exception as e:  # noqa: BLE001
+                _warn("cannot record allocation history: %s" % e)
+    return done

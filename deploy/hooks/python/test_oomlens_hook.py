@@ -69,6 +69,70 @@ def fake_torch():
     return torch
 
 
+def snapshot(device=0):
+    """A snapshot in torch.cuda.memory._snapshot()'s documented format (torch >= 2.1: frames on
+    the block, innermost first)."""
+    train = [{"filename": "/usr/lib/python3/site-packages/torch/nn/functional.py", "line": 2000, "name": "linear"},
+             {"filename": "/job/train.py", "line": 88, "name": "forward"}]
+    load = [{"filename": "/job/train.py", "line": 12, "name": "load_state_dict"}]
+    return {
+        "segments": [
+            {"device": device, "address": 0, "total_size": 40 << 30, "segment_type": "large",
+             "blocks": [
+                 {"size": 30 << 30, "state": "active_allocated", "frames": load},
+                 {"size": 6 << 30, "state": "active_allocated", "frames": train},
+                 {"size": 3 << 30, "state": "inactive"},
+                 {"size": 1 << 30, "state": "inactive"},
+             ]},
+            {"device": device, "address": 1 << 40, "total_size": 2 << 20, "segment_type": "small",
+             "blocks": [
+                 {"size": 1 << 20, "state": "active_allocated", "frames": train},
+                 {"size": 512 << 10, "state": "inactive"},
+                 {"size": 512 << 10, "state": "active_pending_free", "frames": []},
+             ]},
+            {"device": device + 1, "address": 0, "total_size": 1 << 30, "blocks": [{"size": 1 << 30, "state": "inactive"}]},
+        ],
+        "device_traces": [],
+    }
+
+
+class SummaryTest(unittest.TestCase):
+    """summarize_snapshot on snapshot structures in the documented formats (no torch needed)."""
+
+    def test_free_blocks_sites_and_totals(self):
+        s = oomlens_hook.summarize_snapshot(snapshot(), device=0, requested_bytes=5 << 30)
+        self.assertEqual(s["segments"], 2)
+        self.assertEqual(s["reserved_bytes"], (40 << 30) + (2 << 20))
+        self.assertEqual(s["cached_free_bytes"], (4 << 30) + (512 << 10))
+        self.assertEqual(s["largest_free_block_bytes"], 3 << 30)
+        self.assertEqual(s["free_blocks"], 3)
+        # < 1 MiB, < 8 MiB, < 64 MiB, < 512 MiB, < 4 GiB, rest
+        self.assertEqual(s["free_block_histogram"], [1, 0, 0, 0, 2, 0])
+        self.assertEqual(s["requested_bytes"], 5 << 30)
+        self.assertTrue(s["history_recorded"])
+        sites = [(x["site"], x["function"], x["bytes"], x["blocks"]) for x in s["sites"]]
+        self.assertEqual(sites[0], ("/job/train.py:12", "load_state_dict", 30 << 30, 1))
+        # The innermost frame outside torch is the site; both blocks of train.py:88 add up.
+        self.assertEqual(sites[1], ("/job/train.py:88", "forward", (6 << 30) + (1 << 20), 2))
+        self.assertLess(len(json.dumps(s)), 4096, "a few KiB at most")
+
+    def test_torch_2_0_history_and_bad_input(self):
+        snap = {"segments": [{"device": 0, "total_size": 100, "blocks": [
+            {"size": 60, "state": "active_allocated",
+             "history": [{"addr": 0, "real_size": 60, "frames": [{"filename": "a.py", "line": 3, "name": "f"}]}]},
+            {"size": 40, "state": "inactive"}]}]}
+        s = oomlens_hook.summarize_snapshot(snap, device=0)
+        self.assertEqual(s["sites"], [{"site": "a.py:3", "function": "f", "bytes": 60, "blocks": 1}])
+        self.assertIsNone(oomlens_hook.summarize_snapshot(snap, device=3), "no segment of that device")
+        self.assertIsNone(oomlens_hook.summarize_snapshot(None))
+        os.environ["OOMLENS_HOOK_QUIET"] = "1"
+        self.assertIsNone(oomlens_hook.summarize_snapshot({"segments": [{"blocks": [{"size": "x"}]}]}))
+        many = {"segments": [{"device": 0, "total_size": 1, "blocks": [
+            {"size": i + 1, "state": "active_allocated", "frames": [{"filename": "f%d.py" % i, "line": 1, "name": "g"}]}
+            for i in range(50)]}]}
+        self.assertEqual(len(oomlens_hook.summarize_snapshot(many)["sites"]), oomlens_hook.MAX_SITES)
+
+
 class HookProtocolTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -167,6 +231,72 @@ class HookProtocolTest(unittest.TestCase):
         self.assertEqual(event["job"]["params"], 7_000_000_000)
         self.assertEqual(event["job"]["zero_stage"], 2)
         self.assertTrue(event["message"].startswith(FakeOomError.__module__ + ".FakeOomError: CUDA out of memory"))
+
+    def test_nested_scopes_merge_and_rank_labels_are_added(self):
+        os.environ.update({"RANK": "5", "WORLD_SIZE": "16", "SLURM_JOB_ID": "4242"})
+        try:
+            with self.assertRaises(RuntimeError):
+                with oomlens_hook.report_oom(batch=16, seq_len=8192, labels={"team": "nlp"}):
+                    with oomlens_hook.report_oom(phase="backward", labels={"step": 7}):
+                        raise RuntimeError(OOM_TEXT)
+        finally:
+            for var in ("RANK", "WORLD_SIZE", "SLURM_JOB_ID"):
+                os.environ.pop(var, None)
+        event = self.next_event()
+        self.assertEqual(event["phase"], "backward")
+        self.assertEqual((event["job"]["batch"], event["job"]["seq_len"]), (16, 8192))
+        labels = event["labels"]
+        self.assertEqual((labels["job.team"], labels["job.step"]), ("nlp", "7"))
+        self.assertEqual((labels["job.rank"], labels["job.world_size"], labels["job.slurm_job_id"]), ("5", "16", "4242"))
+        # The scope is gone after the block.
+        self.assertIsNone(oomlens_hook._SCOPE.get())
+
+    def test_v2_report_with_uuid_and_allocator_summary(self):
+        torch = fake_torch()
+        torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(uuid="5f8e0c2a-1111-2222-3333-444455556666")
+        torch.cuda.memory = types.SimpleNamespace(_snapshot=lambda: snapshot(device=1))
+        sys.modules["torch"] = torch
+        with self.assertRaises(FakeOomError):
+            with oomlens_hook.report_oom(phase="forward"):
+                raise FakeOomError("CUDA out of memory. Tried to allocate 5.00 GiB")
+        event = self.next_event()
+        labels = event["labels"]
+        self.assertEqual(labels["gpu.uuid"], "GPU-5f8e0c2a-1111-2222-3333-444455556666")
+        self.assertEqual(labels["hook.cuda_index"], "1")
+        self.assertIsNone(event["gpu_index"], "hook-listen has no inventory to map the UUID")
+        self.assertEqual(labels["alloc.largest_free_block_bytes"], str(3 << 30))
+        self.assertEqual(labels["alloc.static_bytes"], str(30 << 30))
+        self.assertTrue(labels["alloc.site.1"].startswith(str(30 << 30) + "|1|load|load_state_dict|"))
+
+    def test_install_attaches_the_observer_whose_summary_the_report_uses(self):
+        torch = fake_torch()
+        observers = []
+        torch._C = types.SimpleNamespace(_cuda_attach_out_of_memory_observer=observers.append)
+        torch.cuda.is_available = lambda: True
+        recorded = {}
+        torch.cuda.memory = types.SimpleNamespace(
+            _snapshot=lambda: snapshot(device=1),
+            _record_memory_history=lambda **kw: recorded.update(kw),
+        )
+        sys.modules["torch"] = torch
+        previous = sys.excepthook
+        try:
+            done = oomlens_hook.install(record_history=True, max_entries=5000, params=7)
+            self.assertEqual(done, {"observer": True, "history": True, "excepthook": True})
+            self.assertEqual(recorded["max_entries"], 5000)
+            # At the OOM the observer summarises; afterwards the allocator changes (freed).
+            observers[0](1, 5 << 30, 70 << 30, 1 << 30)
+            torch.cuda.memory._snapshot = lambda: {"segments": []}
+            with self.assertRaises(FakeOomError):
+                with oomlens_hook.report_oom():
+                    raise FakeOomError("CUDA out of memory. Tried to allocate 5.00 GiB")
+            event = self.next_event()
+            self.assertEqual(event["labels"]["alloc.segments"], "2", "the observer's summary, taken at the OOM")
+        finally:
+            sys.excepthook = previous
+        sys.modules.pop("torch", None)
+        no_cuda = oomlens_hook.install(excepthook=False)
+        self.assertEqual(no_cuda, {"observer": False, "history": False, "excepthook": False})
 
     def test_other_exceptions_are_not_reported(self):
         with self.assertRaises(ValueError):
