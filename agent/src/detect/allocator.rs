@@ -150,7 +150,7 @@ pub fn parse(obj: &Map<String, Value>) -> Result<AllocatorSummary, String> {
             "\"allocator.largest_free_block_bytes\": {largest} is more than cached_free_bytes {free}"
         ));
     }
-    summary.sites.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    summary.sites.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     Ok(summary)
 }
 
@@ -302,7 +302,7 @@ mod tests {
             let err = summary(json).unwrap_err();
             assert!(err.contains(needle), "{json}: {err}");
         }
-        let many = format!(r#"{{"sites":[{}]}}"#, vec![r#"{"site":"a.py:1"}"#; 9].join(","));
+        let many = format!(r#"{{"sites":[{}]}}"#, [r#"{"site":"a.py:1"}"#; 9].join(","));
         assert!(summary(&many).unwrap_err().contains("more than 8 sites"));
     }
 
