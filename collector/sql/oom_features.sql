@@ -16,10 +16,13 @@
 -- range, so every event keeps its row even without samples. Stage 1 aggregates per event and
 -- process (pid 0 collects the rows outside the window), stage 2 per event. The labels the agent's
 -- parser sets become columns: phase.source (phase_label), phase.clue, host_oom.evidence,
--- message.hint, capacity.source. Host OOM kills have no GPU: their sample columns are empty.
+-- message.hint, capacity.source, and the hook's allocator summary (alloc.cached_free_bytes,
+-- alloc.largest_free_block_bytes, alloc.static_bytes, alloc.activation_bytes; the alloc.site.N
+-- values as alloc_sites, in order). Host OOM kills have no GPU: their sample columns are empty.
 SELECT
     cluster, node, event_id, ts_ms, kind, source, framework, gpu_index, pid, workload, truth_scenario,
     phase, phase_label, phase_clue, host_evidence, message_hint, capacity_source,
+    alloc_cached_free_bytes, alloc_largest_free_bytes, alloc_static_bytes, alloc_activation_bytes, alloc_sites,
     requested_bytes, capacity_bytes, free_bytes, allocated_bytes, reserved_bytes, process_used_bytes,
     other_pids, other_used_bytes, xid, host_rss_bytes,
     params, batch_size, seq_len, hidden, layers, heads, precision, optimizer, zero_stage,
@@ -33,6 +36,7 @@ FROM
     SELECT
         cluster, node, event_id, ts_ms, kind, source, framework, gpu_index, pid, workload, truth_scenario,
         phase, phase_label, phase_clue, host_evidence, message_hint, capacity_source,
+    alloc_cached_free_bytes, alloc_largest_free_bytes, alloc_static_bytes, alloc_activation_bytes, alloc_sites,
         requested_bytes, capacity_bytes, free_bytes, allocated_bytes, reserved_bytes,
         process_used_bytes, other_pids, other_used_bytes, xid, host_rss_bytes, params, batch_size,
         seq_len, hidden, layers, heads, precision, optimizer, zero_stage, tensor_parallel,
@@ -60,6 +64,7 @@ FROM
         SELECT
             cluster, node, event_id, ts_ms, kind, source, framework, gpu_index, pid, workload, truth_scenario,
             phase, phase_label, phase_clue, host_evidence, message_hint, capacity_source,
+    alloc_cached_free_bytes, alloc_largest_free_bytes, alloc_static_bytes, alloc_activation_bytes, alloc_sites,
             requested_bytes, capacity_bytes, free_bytes, allocated_bytes, reserved_bytes,
             process_used_bytes, other_pids, other_used_bytes, xid, host_rss_bytes, params, batch_size,
             seq_len, hidden, layers, heads, precision, optimizer, zero_stage, tensor_parallel,
@@ -105,6 +110,15 @@ FROM
                     if(has(label_keys, 'message.hint'), label_values[indexOf(label_keys, 'message.hint')], '') AS message_hint,
                     if(has(label_keys, 'capacity.source'), label_values[indexOf(label_keys, 'capacity.source')], '')
                         AS capacity_source,
+                    toUInt64OrNull(if(has(label_keys, 'alloc.cached_free_bytes'),
+                        label_values[indexOf(label_keys, 'alloc.cached_free_bytes')], '')) AS alloc_cached_free_bytes,
+                    toUInt64OrNull(if(has(label_keys, 'alloc.largest_free_block_bytes'),
+                        label_values[indexOf(label_keys, 'alloc.largest_free_block_bytes')], '')) AS alloc_largest_free_bytes,
+                    toUInt64OrNull(if(has(label_keys, 'alloc.static_bytes'),
+                        label_values[indexOf(label_keys, 'alloc.static_bytes')], '')) AS alloc_static_bytes,
+                    toUInt64OrNull(if(has(label_keys, 'alloc.activation_bytes'),
+                        label_values[indexOf(label_keys, 'alloc.activation_bytes')], '')) AS alloc_activation_bytes,
+                    arrayFilter((v, k) -> substring(k, 1, 11) = 'alloc.site.', label_values, label_keys) AS alloc_sites,
                     requested_bytes, capacity_bytes, free_bytes, allocated_bytes,
                     reserved_bytes, process_used_bytes, other_pids, other_used_bytes, xid, host_rss_bytes,
                     params, batch_size, seq_len, hidden, layers, heads, precision, optimizer, zero_stage,
@@ -120,6 +134,7 @@ FROM
         GROUP BY
             cluster, node, event_id, ts_ms, kind, source, framework, gpu_index, pid, workload, truth_scenario,
             phase, phase_label, phase_clue, host_evidence, message_hint, capacity_source,
+    alloc_cached_free_bytes, alloc_largest_free_bytes, alloc_static_bytes, alloc_activation_bytes, alloc_sites,
             requested_bytes, capacity_bytes, free_bytes, allocated_bytes, reserved_bytes,
             process_used_bytes, other_pids, other_used_bytes, xid, host_rss_bytes, params, batch_size,
             seq_len, hidden, layers, heads, precision, optimizer, zero_stage, tensor_parallel,
@@ -128,6 +143,7 @@ FROM
     GROUP BY
         cluster, node, event_id, ts_ms, kind, source, framework, gpu_index, pid, workload, truth_scenario,
         phase, phase_label, phase_clue, host_evidence, message_hint, capacity_source,
+    alloc_cached_free_bytes, alloc_largest_free_bytes, alloc_static_bytes, alloc_activation_bytes, alloc_sites,
         requested_bytes, capacity_bytes, free_bytes, allocated_bytes, reserved_bytes,
         process_used_bytes, other_pids, other_used_bytes, xid, host_rss_bytes, params, batch_size,
         seq_len, hidden, layers, heads, precision, optimizer, zero_stage, tensor_parallel,

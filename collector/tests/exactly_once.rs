@@ -53,7 +53,9 @@ async fn answers(db: &clickhouse::Client, database: &str, node: &str) -> Vec<(St
             .unwrap_or_else(|e| panic!("{}: {e}", q.name));
         let text = String::from_utf8(bytes.to_vec()).unwrap();
         // Every event is attributed by now (`scenario`), so nothing is pending: still compared.
-        if q.name != "attribution_pending" {
+        // The simulated fleet sends no hook allocator summaries, so `alloc_sites` has no rows here
+        // (the SQL check runs it over fixtures that have some).
+        if q.name != "attribution_pending" && q.name != "alloc_sites" {
             assert!(!text.trim().is_empty(), "{} answers something over {database}", q.name);
         }
         out.push((q.name.clone(), text));

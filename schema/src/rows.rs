@@ -323,6 +323,16 @@ row_table! {
         pub message_hint: String => LowCardinality,
         /// `nvml` when the capacity is the GPU's NVML total.
         pub capacity_source: String => LowCardinality,
+        /// Hook v2 allocator summary: free bytes inside the allocator's segments.
+        pub alloc_cached_free_bytes: Option<u64> => Plain,
+        /// Hook v2 allocator summary: the largest free block.
+        pub alloc_largest_free_bytes: Option<u64> => Plain,
+        /// Hook v2 allocator summary: live bytes at sites of weights and optimizer state.
+        pub alloc_static_bytes: Option<u64> => Plain,
+        /// Hook v2 allocator summary: live bytes at sites of activations.
+        pub alloc_activation_bytes: Option<u64> => Plain,
+        /// Hook v2 allocator summary: the top sites, `bytes|blocks|phase|function|file:line`.
+        pub alloc_sites: Vec<String> => ZSTD,
         /// Size of the failed allocation.
         pub requested_bytes: Option<u64> => Plain,
         /// The limit the allocation failed against.

@@ -39,6 +39,50 @@ pub mod labels {
     /// `nvml` when the agent filled the capacity from the GPU's NVML total.
     pub const CAPACITY_SOURCE: &str = "capacity.source";
     pub use oomlens_parse::MESSAGE_HINT_LABEL as MESSAGE_HINT;
+    /// The hook's allocator summary (`agent/src/detect/allocator.rs`): free bytes in segments.
+    pub const ALLOC_CACHED_FREE: &str = "alloc.cached_free_bytes";
+    /// … the largest free block.
+    pub const ALLOC_LARGEST_FREE: &str = "alloc.largest_free_block_bytes";
+    /// … live bytes at weight / optimizer-state sites.
+    pub const ALLOC_STATIC: &str = "alloc.static_bytes";
+    /// … live bytes at activation sites.
+    pub const ALLOC_ACTIVATION: &str = "alloc.activation_bytes";
+    /// … the sites, `alloc.site.1`, `alloc.site.2`, ….
+    pub const ALLOC_SITE_PREFIX: &str = "alloc.site.";
+}
+
+/// One allocation site of the hook's allocator summary, as stored
+/// (`bytes|blocks|phase|function|file:line`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllocSite {
+    /// `file:line` of the innermost user frame.
+    pub site: String,
+    /// Its function.
+    pub function: String,
+    /// The phase its frame belongs to ('' when the frame does not say).
+    pub phase: String,
+    /// Live bytes there.
+    pub bytes: u64,
+    /// Live blocks there.
+    pub blocks: u64,
+}
+
+impl AllocSite {
+    /// A stored site; missing or unreadable parts are empty / 0.
+    pub fn parse(stored: &str) -> AllocSite {
+        let mut p = stored.splitn(5, '|');
+        let bytes = p.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let blocks = p.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let phase = p.next().unwrap_or("").to_owned();
+        let function = p.next().unwrap_or("").to_owned();
+        let site = p.next().unwrap_or("").to_owned();
+        AllocSite { site, function, phase, bytes, blocks }
+    }
+
+    /// Whether its frame loads weights or builds optimizer state.
+    pub fn holds_state(&self) -> bool {
+        matches!(self.phase.as_str(), "load" | "optimizer_init" | "optimizer_step")
+    }
 }
 
 /// Which events to attribute and how far back to look before each one.
@@ -114,6 +158,19 @@ pub struct EventEvidence {
     /// `nvml` when the capacity is the GPU's NVML total (the message had none); '' when it is the
     /// message's own.
     pub capacity_source: String,
+    /// The hook's allocator summary (v2): free bytes inside the allocator's segments at the OOM.
+    pub alloc_cached_free_bytes: Option<u64>,
+    /// The hook's allocator summary: the largest of those free blocks.
+    pub alloc_largest_free_bytes: Option<u64>,
+    /// The hook's allocator summary: live bytes at sites whose frame loads weights or builds
+    /// optimizer state.
+    pub alloc_static_bytes: Option<u64>,
+    /// The hook's allocator summary: live bytes at sites whose frame is a forward / backward /
+    /// eval / inference step (activations).
+    pub alloc_activation_bytes: Option<u64>,
+    /// The hook's allocator summary: the top allocation sites by live bytes,
+    /// `bytes|blocks|phase|function|file:line`.
+    pub alloc_sites: Vec<String>,
     /// Size of the failed allocation.
     pub requested_bytes: Option<u64>,
     /// The limit the allocation failed against: the GPU's capacity (or a memory-fraction limit).
@@ -216,6 +273,16 @@ impl EventEvidence {
             host_evidence: label(e, labels::HOST_EVIDENCE).to_owned(),
             message_hint: label(e, labels::MESSAGE_HINT).to_owned(),
             capacity_source: label(e, labels::CAPACITY_SOURCE).to_owned(),
+            alloc_cached_free_bytes: label(e, labels::ALLOC_CACHED_FREE).parse().ok(),
+            alloc_largest_free_bytes: label(e, labels::ALLOC_LARGEST_FREE).parse().ok(),
+            alloc_static_bytes: label(e, labels::ALLOC_STATIC).parse().ok(),
+            alloc_activation_bytes: label(e, labels::ALLOC_ACTIVATION).parse().ok(),
+            alloc_sites: e
+                .labels
+                .iter()
+                .filter(|l| l.key.starts_with(labels::ALLOC_SITE_PREFIX))
+                .map(|l| l.value.clone())
+                .collect(),
             requested_bytes: e.requested_bytes,
             capacity_bytes: e.capacity_bytes,
             free_bytes: e.free_bytes,

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::features::AllocSite;
+
 use super::{Attribution, OomFeatures};
 
 /// A scenario the evidence leaves open.
@@ -96,6 +98,24 @@ pub struct EventJson {
     pub static_estimate_bytes: Option<u64>,
     /// What the process alone needed.
     pub need_alone_bytes: Option<u64>,
+    /// The job's allocator summary at the OOM (hook v2), when it sent one.
+    pub allocator: Option<AllocatorJson>,
+}
+
+/// The allocator summary of an event (hook v2): the free-block picture and the code holding
+/// the memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllocatorJson {
+    /// Free bytes inside the allocator's segments.
+    pub cached_free_bytes: Option<u64>,
+    /// The largest free block.
+    pub largest_free_block_bytes: Option<u64>,
+    /// Live bytes at weight / optimizer-state sites.
+    pub static_bytes: Option<u64>,
+    /// Live bytes at activation sites.
+    pub activation_bytes: Option<u64>,
+    /// The top sites by live bytes.
+    pub sites: Vec<AllocSite>,
 }
 
 impl EventJson {
@@ -151,6 +171,15 @@ impl EventJson {
             others_from: f.others_from.clone(),
             static_estimate_bytes: f.static_estimate_bytes,
             need_alone_bytes: f.need_alone_bytes,
+            allocator: (f.alloc_cached_free_bytes.is_some() || !f.alloc_sites.is_empty()).then(|| {
+                AllocatorJson {
+                    cached_free_bytes: f.alloc_cached_free_bytes,
+                    largest_free_block_bytes: f.alloc_largest_free_bytes,
+                    static_bytes: f.alloc_static_bytes,
+                    activation_bytes: f.alloc_activation_bytes,
+                    sites: f.alloc_sites.iter().map(|s| AllocSite::parse(s)).collect(),
+                }
+            }),
         }
     }
 }

@@ -55,6 +55,7 @@ builtin![
     "attribution_breakdown",
     "attribution_timeline",
     "attributed_events",
+    "alloc_sites",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -19,14 +19,14 @@ use oomlens_parse::units::format_size;
 use oomlens_schema::Scenario;
 use serde::Serialize;
 
-use super::features::OomFeatures;
+use super::features::{AllocSite, OomFeatures};
 
 const MIB: u64 = 1 << 20;
 
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 3;
+pub const RULES_VERSION: u32 = 4;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -41,6 +41,10 @@ pub const NO_FREES_BYTES: u64 = 64 << 20;
 /// GPU: every real PyTorch OOM shows some cached slack; a fragmented cache holds a large part of
 /// the card.
 pub const CACHED_SHARE: u64 = 10;
+/// With the hook's allocator summary, one kind of site holds the memory when its live bytes are at
+/// least this many times the other kind's.
+pub const SITE_DOMINANCE: u64 = 2;
+
 /// A single request of at least this share (percent) of the GPU is one huge tensor (an attention
 /// score matrix, a long input's buffer), not a step's accumulated activations.
 pub const HUGE_REQUEST_SHARE: u64 = 25;
@@ -68,12 +72,20 @@ pub enum Rule {
     BatchBudget,
     /// A batch-size search failed down to one sample: a single sample does not fit.
     BatchSearchExhausted,
+    /// The job's allocator summary at the OOM: its free cached blocks would have covered the
+    /// request, but none of them was large enough.
+    SnapshotFragmented,
     /// Other processes held the memory the process alone would have fitted in.
     NeighboursTookIt,
     /// Failed while loading the model / creating the optimizer / at start-up.
     StaticAtLoad,
+    /// The job's allocator summary: weights and optimizer state hold most of the live memory.
+    SnapshotWeights,
     /// The failed request is one layer's seq² attention matrix (job shape).
     SequenceAttention,
+    /// The job's allocator summary: activations (forward / backward / eval / inference sites)
+    /// hold most of the live memory.
+    SnapshotActivations,
     /// One request of a large share of the GPU (beyond the process's swing, when sampled).
     SingleHugeRequest,
     /// Its own cache held a large share of the GPU, enough with the free memory for the request.
@@ -106,7 +118,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in evaluation order.
-    pub const ALL: [Rule; 24] = [
+    pub const ALL: [Rule; 27] = [
         Rule::HostOomKill,
         Rule::XidError,
         Rule::StaticEstimate,
@@ -115,9 +127,12 @@ impl Rule {
         Rule::NoCacheBlocks,
         Rule::BatchBudget,
         Rule::BatchSearchExhausted,
+        Rule::SnapshotFragmented,
         Rule::NeighboursTookIt,
         Rule::StaticAtLoad,
+        Rule::SnapshotWeights,
         Rule::SequenceAttention,
+        Rule::SnapshotActivations,
         Rule::SingleHugeRequest,
         Rule::FragmentedCache,
         Rule::FreeButRefused,
@@ -144,6 +159,9 @@ impl Rule {
             Rule::NoCacheBlocks => "no_cache_blocks",
             Rule::BatchBudget => "batch_budget",
             Rule::BatchSearchExhausted => "batch_search_exhausted",
+            Rule::SnapshotFragmented => "snapshot_fragmented",
+            Rule::SnapshotWeights => "snapshot_weights",
+            Rule::SnapshotActivations => "snapshot_activations",
             Rule::NeighboursTookIt => "neighbours_took_it",
             Rule::StaticAtLoad => "static_at_load",
             Rule::SequenceAttention => "sequence_attention",
@@ -240,6 +258,11 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
             _ => &[(Contention, 60), (Batch, 30), (Sequence, 10)],
         },
         Rule::StaticAtLoad => &[(Static, 80), (Contention, 10), (Batch, 10)],
+        // Decided from the allocator's own state, not inferred from printed totals.
+        Rule::SnapshotFragmented => &[(Fragmentation, 90), (Batch, 10)],
+        Rule::SnapshotWeights => &[(Static, 75), (Batch, 15), (Sequence, 10)],
+        Rule::SnapshotActivations if attention_sites(f) => &[(Sequence, 65), (Batch, 30), (Static, 5)],
+        Rule::SnapshotActivations => &[(Batch, 70), (Sequence, 25), (Static, 5)],
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
         Rule::SingleHugeRequest => &[(Sequence, 70), (Batch, 20), (Static, 10)],
         Rule::FragmentedCache => &[(Fragmentation, 70), (Batch, 20), (Sequence, 10)],
@@ -297,6 +320,25 @@ struct Facts {
     numbers: bool,
     /// The allocator holds (almost) nothing cached.
     no_frees: bool,
+    /// The job's allocator summary decides fragmentation: `Some(true)` when its free blocks add up
+    /// to the request but none is large enough, `Some(false)` when they do not add up or one
+    /// would have served; `None` without a summary.
+    snapshot_fragmented: Option<bool>,
+    /// The summary's sites: weights / optimizer state hold most of the live memory.
+    weights_hold: bool,
+    /// The summary's sites: activations hold most of the live memory.
+    activations_hold: bool,
+}
+
+/// Whether the top activation sites are attention code (their function or file names it).
+fn attention_sites(f: &OomFeatures) -> bool {
+    f.alloc_sites.iter().take(3).map(|s| AllocSite::parse(s)).any(|s| {
+        let text = format!("{} {}", s.function, s.site).to_ascii_lowercase();
+        !s.holds_state()
+            && ["attn", "attention", "softmax", "scaled_dot_product", "flash"]
+                .iter()
+                .any(|w| text.contains(w))
+    })
 }
 
 fn facts(f: &OomFeatures) -> Facts {
@@ -326,6 +368,16 @@ fn facts(f: &OomFeatures) -> Facts {
     // Rounding of the printed sizes (two decimals) and the allocator's 2 MiB rounding.
     let free_covers = matches!((f.free_bytes, f.requested_bytes), (Some(fr), Some(q)) if fr >= q.saturating_add(2 * MIB).saturating_add(q / 100));
     let numbers = cap.is_some() && (f.allocated_bytes.is_some() || f.reserved_bytes.is_some());
+    let snapshot_fragmented = match (f.alloc_cached_free_bytes, f.alloc_largest_free_bytes, f.requested_bytes)
+    {
+        (Some(cached), Some(largest), Some(q)) => Some(cached >= q && largest < q),
+        _ => None,
+    };
+    // The summary decides; the guess from printed totals only stands without one.
+    let fragmented = fragmented && snapshot_fragmented.is_none();
+    let (st, act) = (f.alloc_static_bytes.unwrap_or(0), f.alloc_activation_bytes.unwrap_or(0));
+    let weights_hold = st > 0 && st >= act.saturating_mul(SITE_DOMINANCE);
+    let activations_hold = act > 0 && act >= st.saturating_mul(SITE_DOMINANCE);
     Facts {
         too_big_alone,
         others_hold,
@@ -335,6 +387,9 @@ fn facts(f: &OomFeatures) -> Facts {
         free_covers,
         numbers,
         no_frees,
+        snapshot_fragmented,
+        weights_hold,
+        activations_hold,
     }
 }
 
@@ -362,6 +417,9 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         "batch_search_exhausted" => return Rule::BatchSearchExhausted,
         _ => {}
     }
+    if x.snapshot_fragmented == Some(true) {
+        return Rule::SnapshotFragmented;
+    }
     // Other processes held what it needed: it would have fitted alone, even with its own cache.
     if x.others_hold && (x.fits_with_cache || (!x.numbers && f.others_from == "samples")) {
         return Rule::NeighboursTookIt;
@@ -369,12 +427,18 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     if at_load(f) {
         return Rule::StaticAtLoad;
     }
+    if x.weights_hold && (x.too_big_alone || !x.free_covers) {
+        return Rule::SnapshotWeights;
+    }
     if let (Some(att), Some(req)) = (f.attention_bytes, f.requested_bytes)
         && att > 0
         && (x.too_big_alone || !x.free_covers)
         && req.abs_diff(att) <= (2 * MIB).max(att / 20)
     {
         return Rule::SequenceAttention;
+    }
+    if x.activations_hold && (x.too_big_alone || !x.free_covers) {
+        return Rule::SnapshotActivations;
     }
     // Its own cache held a large share of the GPU, enough with the free memory: in pieces.
     if x.fragmented {
@@ -475,6 +539,12 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
     }
     if f.no_allocator() {
         d.push("the allocator's numbers (allocated, reserved, free): PyTorch's full OOM message or the hook's report".to_owned());
+    }
+    if f.alloc_largest_free_bytes.is_none() && (has(Fragmentation) || has(Static) || has(Batch)) {
+        d.push(
+            "the allocator's state at the OOM (largest free block, the code holding the memory): oomlens_hook.install(record_history=True) in the job"
+                .to_owned(),
+        );
     }
     if f.capacity_bytes.is_none() {
         d.push("the GPU's capacity: the agent fills it from NVML on the node".to_owned());
@@ -587,6 +657,23 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             }
         ),
         Rule::StaticAtLoad => format!("failed during {}: the static state does not fit", phase_words(f)),
+        Rule::SnapshotFragmented => format!(
+            "the allocator's free blocks add up to {} but the largest is {}, less than the {} requested: fragmentation (from the job's allocator snapshot)",
+            ob(f.alloc_cached_free_bytes),
+            ob(f.alloc_largest_free_bytes),
+            ob(f.requested_bytes)
+        ),
+        Rule::SnapshotWeights => format!(
+            "the allocator snapshot's sites: {} held by loading weights and optimizer state against {} by activations: the static state",
+            ob(f.alloc_static_bytes),
+            ob(f.alloc_activation_bytes)
+        ),
+        Rule::SnapshotActivations => format!(
+            "the allocator snapshot's sites: {} held by activations (forward/backward/inference code) against {} by weights and optimizer state: {}",
+            ob(f.alloc_activation_bytes),
+            ob(f.alloc_static_bytes),
+            if attention_sites(f) { "attention, which grows with the sequence length" } else { "the step's batch" }
+        ),
         Rule::SequenceAttention => format!(
             "the failed request ({}) is one layer's seq² attention matrix at seq {}",
             ob(f.requested_bytes),
@@ -647,6 +734,17 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             secs(f.window_ms)
         ),
         Rule::NoEvidence => "the message does not say enough to decide".to_owned(),
+    }
+}
+
+/// One stored site in words: `12.00 GiB at train.py:88 forward (forward)`.
+pub fn site_words(stored: &str) -> String {
+    let s = AllocSite::parse(stored);
+    let file = s.site.rsplit('/').next().unwrap_or(&s.site);
+    if s.phase.is_empty() {
+        format!("{} at {file} {}", b(s.bytes), s.function)
+    } else {
+        format!("{} at {file} {} ({})", b(s.bytes), s.function, s.phase.replace('_', " "))
     }
 }
 
@@ -713,6 +811,18 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
     if let Some(c) = f.capacity_bytes {
         let from = if f.capacity_source == "nvml" { " (NVML: the message has none)" } else { "" };
         ev.push(format!("capacity: {}{from}", b(c)));
+    }
+    if f.alloc_cached_free_bytes.is_some() || !f.alloc_sites.is_empty() {
+        let mut line = format!(
+            "allocator snapshot: {} free in its segments, largest free block {}",
+            ob(f.alloc_cached_free_bytes),
+            ob(f.alloc_largest_free_bytes)
+        );
+        let sites: Vec<String> = f.alloc_sites.iter().take(3).map(|s| site_words(s)).collect();
+        if !sites.is_empty() {
+            let _ = write!(line, "; holding most: {}", sites.join(", "));
+        }
+        ev.push(line);
     }
     // 3. the process alone
     if let (Some(need), Some(c)) = (f.need_alone_bytes, f.capacity_bytes) {
@@ -844,6 +954,85 @@ mod tests {
 
     fn rule(e: EventEvidence) -> Rule {
         first_rule(&feat(e))
+    }
+
+    #[test]
+    fn the_allocator_snapshot_decides_fragmentation_and_what_holds_the_memory() {
+        // Free blocks add up to the 2 GiB request, the largest is 512 MiB: decided fragmentation,
+        // even though the printed totals (300 MiB cached) would never have said so.
+        let frag = EventEvidence {
+            alloc_cached_free_bytes: Some(3 * GIB),
+            alloc_largest_free_bytes: Some(512 * MIB),
+            ..msg()
+        };
+        assert_eq!(rule(frag.clone()), Rule::SnapshotFragmented);
+        let a = attribute(&feat(frag));
+        assert_eq!((a.scenario, a.confidence_pct), (Fragmentation, 90));
+        assert!(a.evidence.iter().any(|e| e.contains("largest free block 512.00 MiB")), "{:?}", a.evidence);
+        // A large cached share that the printed totals call fragmentation, while the snapshot's
+        // free blocks do not even add up to the request (the rest is pending frees of other
+        // streams): not fragmentation.
+        let cached = EventEvidence {
+            allocated_bytes: Some(60 * GIB),
+            reserved_bytes: Some(78 * GIB),
+            alloc_cached_free_bytes: Some(4 * GIB),
+            alloc_largest_free_bytes: Some(GIB),
+            requested_bytes: Some(10 * GIB),
+            ..msg()
+        };
+        assert_eq!(
+            rule(EventEvidence {
+                alloc_cached_free_bytes: None,
+                alloc_largest_free_bytes: None,
+                ..cached.clone()
+            }),
+            Rule::FragmentedCache
+        );
+        assert_ne!(attribute(&feat(cached)).scenario, Fragmentation);
+        // Sites: weights and optimizer state vs activations.
+        let weights = EventEvidence {
+            alloc_cached_free_bytes: Some(100 * MIB),
+            alloc_largest_free_bytes: Some(20 * MIB),
+            alloc_static_bytes: Some(60 * GIB),
+            alloc_activation_bytes: Some(10 * GIB),
+            alloc_sites: vec![format!("{}|900|load|from_pretrained|/app/modeling_utils.py:3900", 60 * GIB)],
+            ..msg()
+        };
+        assert_eq!(rule(weights.clone()), Rule::SnapshotWeights);
+        let a = attribute(&feat(weights.clone()));
+        assert_eq!(a.scenario, Static);
+        assert!(
+            a.evidence
+                .iter()
+                .any(|e| e.contains("60.00 GiB at modeling_utils.py:3900 from_pretrained (load)")),
+            "{:?}",
+            a.evidence
+        );
+        let acts = EventEvidence {
+            alloc_static_bytes: Some(10 * GIB),
+            alloc_activation_bytes: Some(60 * GIB),
+            alloc_sites: vec![format!("{}|40|forward|forward|/job/train.py:88", 60 * GIB)],
+            ..weights.clone()
+        };
+        assert_eq!(rule(acts.clone()), Rule::SnapshotActivations);
+        assert_eq!(attribute(&feat(acts.clone())).scenario, Batch);
+        let attn = EventEvidence {
+            alloc_sites: vec![format!(
+                "{}|40|forward|scaled_dot_product_attention|/job/attn.py:12",
+                60 * GIB
+            )],
+            ..acts
+        };
+        assert_eq!(attribute(&feat(attn)).scenario, Sequence);
+        // Neither kind dominates: the other rules decide.
+        let mixed = EventEvidence {
+            alloc_static_bytes: Some(40 * GIB),
+            alloc_activation_bytes: Some(30 * GIB),
+            ..weights
+        };
+        assert_eq!(rule(mixed), Rule::BatchActivations);
+        // Without a snapshot the missing evidence is named.
+        assert!(attribute(&feat(msg())).decide.iter().any(|d| d.contains("oomlens_hook.install")));
     }
 
     #[test]
