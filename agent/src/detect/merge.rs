@@ -261,9 +261,7 @@ fn rule(h: &Held, new: &OomEvent) -> Option<Rule> {
     if held.pid.is_none() || held.pid != new.pid {
         return None;
     }
-    if let (Some(a), Some(b)) = (held.gpu_index, new.gpu_index)
-        && a != b
-    {
+    if !same_gpu(held, new) {
         return None;
     }
     let sus = (held.kind == OomKind::SuspectedOom, new.kind == OomKind::SuspectedOom);
@@ -295,6 +293,23 @@ fn rule(h: &Held, new: &OomEvent) -> Option<Rule> {
                 Some(Rule::CrossSource)
             }
         }
+    }
+}
+
+/// Whether two events of one pid can be on the same GPU. A hook v2 report names the node's GPU
+/// (mapped from its UUID) and keeps the job's own CUDA index as `hook.cuda_index`; the job's log
+/// line names that CUDA index ("GPU 0" in every one-GPU container). Either numbering agreeing is
+/// enough; an unknown GPU on either side agrees with anything.
+fn same_gpu(a: &OomEvent, b: &OomEvent) -> bool {
+    let cuda_index = |e: &OomEvent| {
+        e.labels
+            .iter()
+            .find(|l| l.key == super::hook_schema::CUDA_INDEX_LABEL)
+            .and_then(|l| l.value.parse::<u32>().ok())
+    };
+    match (a.gpu_index, b.gpu_index) {
+        (Some(x), Some(y)) => x == y || cuda_index(a) == Some(y) || cuda_index(b) == Some(x),
+        _ => true,
     }
 }
 
@@ -498,6 +513,32 @@ pub(crate) mod tests {
 
     fn label<'a>(e: &'a OomEvent, key: &str) -> Option<&'a str> {
         e.labels.iter().find(|l| l.key == key).map(|l| l.value.as_str())
+    }
+
+    #[test]
+    fn a_uuid_named_hook_report_merges_with_the_containers_log_line_and_the_vanished_process() {
+        // The job in a one-GPU container: its log says "GPU 0", its v2 hook report named the
+        // GPU by UUID (mapped to the node's GPU 5) and kept the CUDA index 0; NVML saw pid 7
+        // vanish from GPU 5. One failure, one event, on the node's GPU 5.
+        let mut m = EventMerger::new(10_000);
+        let mut h = hook(7);
+        h.gpu_index = Some(5);
+        h.labels.push(Label { key: crate::detect::hook_schema::CUDA_INDEX_LABEL.into(), value: "0".into() });
+        assert!(m.push(h, 1400).is_empty());
+        assert!(m.push(log(7, Some(0)), 1500).is_empty());
+        assert!(m.push(suspected(7, 5), 1600).is_empty());
+        let out = m.poll(20_000);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].source, out[0].gpu_index), (EventSource::Hook, Some(5)));
+        let merged = label(&out[0], MERGED_LABEL).unwrap_or("");
+        assert!(merged.contains("log") && merged.contains("suspected_oom"), "{merged}");
+        // Without the CUDA index label a different GPU is a different failure.
+        let mut m = EventMerger::new(10_000);
+        let mut other = hook(7);
+        other.gpu_index = Some(5);
+        m.push(other, 1400);
+        m.push(log(7, Some(0)), 1500);
+        assert_eq!(m.poll(20_000).len(), 2);
     }
 
     #[test]
