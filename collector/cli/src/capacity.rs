@@ -200,6 +200,32 @@ pub struct CoScheduled {
     pub events: u64,
 }
 
+/// One allocation site ranked by the OOMs whose allocator summary (hook v2) lists it
+/// (`alloc_sites.sql`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clickhouse::Row)]
+pub struct SiteRank {
+    /// `file:line` of the innermost user frame.
+    pub site: String,
+    /// Its function.
+    pub function: String,
+    /// The phase its frame belongs to ('' when the frame does not say).
+    pub phase: String,
+    /// OOM events whose summary lists the site.
+    pub ooms: u64,
+    /// Their share of all CUDA OOM events of the window, percent.
+    pub share_pct: f64,
+    /// Their share of the CUDA OOM events that have a summary, percent.
+    pub share_of_snapshots_pct: f64,
+    /// Distinct workloads among them.
+    pub workloads: u64,
+    /// Distinct nodes among them.
+    pub nodes: u64,
+    /// Live bytes the site held, summed over those OOMs.
+    pub bytes_held: u64,
+    /// The most it held at one of them.
+    pub max_bytes_held: u64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityReport {
@@ -221,6 +247,9 @@ pub struct CapacityReport {
     pub noisy_neighbours: Vec<NoisyNeighbour>,
     /// Co-scheduling pairs that precede OOMs, at most `top`.
     pub co_scheduling: Vec<CoScheduled>,
+    /// The code holding the most memory at the window's OOMs (from the hook's allocator
+    /// summaries), at most `top`; empty when no job sent one.
+    pub allocation_sites: Vec<SiteRank>,
 }
 
 /// The headroom rows of `capacity_headroom` (or `capacity_headroom_gpu_model` for
@@ -424,6 +453,20 @@ pub async fn build(
         b.events.cmp(&a.events).then(a.failed.cmp(&b.failed)).then(a.neighbour.cmp(&b.neighbour))
     });
     co.truncate(top);
+    let allocation_sites = queries::builtin("alloc_sites")?
+        .bind(
+            client,
+            db,
+            &[
+                ParamValue::Int(since_ms),
+                ParamValue::Int(until_ms),
+                ParamValue::Int(since_ms),
+                ParamValue::Int(until_ms),
+                ParamValue::UInt(top as u64),
+            ],
+        )?
+        .fetch_all::<SiteRank>()
+        .await?;
 
     Ok(CapacityReport {
         since_ms,
@@ -435,6 +478,7 @@ pub async fn build(
         closest_to_edge: edge,
         noisy_neighbours: noisy,
         co_scheduling: co,
+        allocation_sites,
     })
 }
 
@@ -523,6 +567,24 @@ impl CapacityReport {
                 p.events
             )?;
         }
+        writeln!(out)?;
+        writeln!(out, "Code holding the most memory at the OOMs (allocator summaries from oomlens_hook):")?;
+        if self.allocation_sites.is_empty() {
+            writeln!(out, "  none: no job sent an allocator summary (oomlens_hook.install() in the job)")?;
+        }
+        for s in &self.allocation_sites {
+            writeln!(
+                out,
+                "  {:<44} {:<24} {:>5} OOMs  {:>5.1} % of all, {:>5.1} % with a summary  {} workloads  max {}",
+                oomlens_schema::text::ellipsize(&s.site, 44),
+                oomlens_schema::text::ellipsize(&site_role(s), 24),
+                s.ooms,
+                s.share_pct,
+                s.share_of_snapshots_pct,
+                s.workloads,
+                crate::render::human_bytes(Some(s.max_bytes_held))
+            )?;
+        }
         Ok(())
     }
 
@@ -583,7 +645,29 @@ impl CapacityReport {
                 p.events
             );
         }
-        page.push_str("</ul></body></html>\n");
+        page.push_str("</ul><h2>Code holding the most memory at the OOMs</h2>");
+        if self.allocation_sites.is_empty() {
+            page.push_str(
+                "<p>No job sent an allocator summary (<code>oomlens_hook.install()</code> in the job).</p>",
+            );
+        } else {
+            page.push_str("<table><tr><th>site</th><th>function (phase)</th><th>OOMs</th><th>% of all</th><th>% with a summary</th><th>workloads</th><th>max held</th></tr>");
+            for s in &self.allocation_sites {
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                    html_escape(&s.site),
+                    html_escape(&site_role(s)),
+                    s.ooms,
+                    s.share_pct,
+                    s.share_of_snapshots_pct,
+                    s.workloads,
+                    html_escape(&crate::render::human_bytes(Some(s.max_bytes_held)))
+                );
+            }
+            page.push_str("</table>");
+        }
+        page.push_str("</body></html>\n");
         out.write_all(page.as_bytes())
     }
 
@@ -670,6 +754,15 @@ impl CapacityReport {
         }
         svg.push_str("</svg>");
         svg
+    }
+}
+
+/// A site's function with its phase: `forward (forward)`, `from_pretrained (load)`.
+fn site_role(s: &SiteRank) -> String {
+    if s.phase.is_empty() {
+        s.function.clone()
+    } else {
+        format!("{} ({})", s.function, s.phase.replace('_', " "))
     }
 }
 

@@ -162,4 +162,15 @@ async fn a_v2_report_with_a_snapshot_is_decided_and_shows_its_sites() {
     assert_eq!(first[5], "100", "in every OOM with a summary: {text}");
     let share: f64 = first[4].parse().unwrap();
     assert!(share > 0.0 && share <= 100.0, "{text}");
+
+    // The capacity report carries the same ranking.
+    let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
+        .args(["report", "capacity", "--since", "1h", "--json", "--clickhouse-url", &ch.url()])
+        .env_remove("OOMLENS_COLLECTOR_CONFIG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let top = &report["allocation_sites"][0];
+    assert_eq!((top["site"].as_str(), top["ooms"].as_u64()), (Some("/job/train.py:88"), Some(2)), "{report}");
 }

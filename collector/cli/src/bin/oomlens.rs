@@ -103,8 +103,9 @@ struct TopArgs {
 #[derive(Debug, Subcommand)]
 enum ReportCommand {
     /// Headroom (p50/p95/p99/max of used/total, time at or above 90 %), OOM counts and rates per
-    /// attributed scenario, the workloads closest to the edge, the most frequent noisy neighbours
-    /// and the co-scheduling pairs that precede OOMs.
+    /// attributed scenario, the workloads closest to the edge, the most frequent noisy neighbours,
+    /// the co-scheduling pairs that precede OOMs and the code holding the most memory at the OOMs
+    /// (from the hook's allocator summaries).
     Capacity(Box<CapacityArgs>),
 }
 
