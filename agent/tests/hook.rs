@@ -132,7 +132,7 @@ async fn bad_lines_get_errors_are_counted_and_the_connection_survives() {
     let mut c = Client::connect(&s.path).await;
     let cases: [(&[u8], &str, &str); 6] = [
         (b"this is not json\n", "not_json", "JSON"),
-        (b"{\"v\":2,\"type\":\"oom\"}\n", "version", "version 2"),
+        (b"{\"v\":3,\"type\":\"oom\"}\n", "version", "version 3"),
         (b"{\"v\":1,\"type\":\"oom\",\"pid\":\"12\"}\n", "field", "pid"),
         (b"{\"v\":1,\"type\":\"reboot\"}\n", "type", "reboot"),
         (b"\n", "empty", "empty"),

@@ -133,6 +133,37 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(len(oomlens_hook.summarize_snapshot(many)["sites"]), oomlens_hook.MAX_SITES)
 
 
+def _real_torch():
+    try:
+        import torch  # noqa: F401
+
+        return torch
+    except Exception:  # noqa: BLE001 - not installed (CI: PyPI's torch wheel pulls GBs of CUDA packages)
+        return None
+
+
+@unittest.skipUnless(_real_torch(), "torch is not installed in this Python (pip install torch to run it)")
+class RealTorchTest(unittest.TestCase):
+    """With a real torch (CPU-only or on a machine without a GPU) everything degrades cleanly."""
+
+    def test_install_and_reports_degrade_without_cuda(self):
+        torch = _real_torch()
+        previous = sys.excepthook
+        try:
+            done = oomlens_hook.install(record_history=True)
+        finally:
+            sys.excepthook = previous
+        if not torch.cuda.is_available():
+            self.assertEqual(done, {"observer": False, "history": False, "excepthook": True})
+        os.environ["OOMLENS_HOOK_QUIET"] = "1"
+        report = oomlens_hook.build_report(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+        self.assertEqual(report["requested_bytes"], 2 << 30)
+        self.assertEqual(report["v"], 2)
+        if not torch.cuda.is_available():
+            self.assertNotIn("allocator", report)
+            self.assertIsNone(oomlens_hook._take_summary(torch.cuda, 0))
+
+
 class HookProtocolTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
