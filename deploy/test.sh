@@ -5,7 +5,8 @@
 #
 # 1. ClickHouse server binary: Debian/Ubuntu's `clickhouse-server` (18.16) via apt when neither
 #    `clickhouse` nor `clickhouse-server` exists (with sudo when not root; the system service is
-#    not started — every test starts its own throw-away server). Also curl and tzdata.
+#    not started — every test starts its own throw-away server). Also curl, openssl (the TLS
+#    tests make their certificates with it) and tzdata.
 # 2. .venv with chdb-core (ClickHouse 26.x in-process) for the modern-engine check.
 # 3. cargo build --workspace --all-targets.
 # 4. Rust tests: cargo nextest (if installed) or cargo test.
@@ -59,6 +60,7 @@ section "set-up"
 missing=()
 have_server || missing+=(clickhouse-server clickhouse-client)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ -e /usr/share/zoneinfo/UTC ] || missing+=(tzdata)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing ${missing[*]}"

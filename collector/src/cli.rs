@@ -15,9 +15,19 @@ pub struct ChArgs {
     /// Collector TOML configuration file (its `[clickhouse]` section is used).
     #[arg(long, short, env = "OOMLENS_COLLECTOR_CONFIG")]
     pub config: Option<PathBuf>,
-    /// ClickHouse HTTP URL.
+    /// ClickHouse HTTP URL (`http://…`, or `https://…` for TLS).
     #[arg(long, env = "OOMLENS_CLICKHOUSE_URL")]
     pub clickhouse_url: Option<String>,
+    /// HTTPS: CA certificate(s), PEM, that signed ClickHouse's certificate (default: the system
+    /// trust store).
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_TLS_CA")]
+    pub clickhouse_tls_ca: Option<PathBuf>,
+    /// HTTPS: client certificate, PEM, for a server that verifies clients (with --clickhouse-tls-key).
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_TLS_CERT", requires = "clickhouse_tls_key")]
+    pub clickhouse_tls_cert: Option<PathBuf>,
+    /// HTTPS: the client certificate's private key, PEM.
+    #[arg(long, env = "OOMLENS_CLICKHOUSE_TLS_KEY", requires = "clickhouse_tls_cert")]
+    pub clickhouse_tls_key: Option<PathBuf>,
     /// ClickHouse database holding the oomlens tables.
     #[arg(long, env = "OOMLENS_CLICKHOUSE_DATABASE")]
     pub database: Option<String>,
@@ -68,6 +78,15 @@ impl ChArgs {
         }
         if let Some(v) = &self.database {
             ch.database = v.clone();
+        }
+        for (flag, key) in [
+            (&self.clickhouse_tls_ca, &mut ch.tls_ca),
+            (&self.clickhouse_tls_cert, &mut ch.tls_cert),
+            (&self.clickhouse_tls_key, &mut ch.tls_key),
+        ] {
+            if let Some(v) = flag {
+                *key = Some(v.clone());
+            }
         }
         if let Some(v) = &self.user {
             ch.user = v.clone();

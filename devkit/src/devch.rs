@@ -157,6 +157,39 @@ pub fn remote_servers_xml(name: &str, tcp_ports: &[u16]) -> String {
     xml
 }
 
+/// The server side of an HTTPS listener (ClickHouse's `<openSSL><server>`).
+#[derive(Debug, Clone)]
+pub struct HttpsFiles {
+    /// Server certificate chain, PEM.
+    pub cert: PathBuf,
+    /// Its private key, PEM.
+    pub key: PathBuf,
+    /// Verify clients against this CA (`<verificationMode>strict</verificationMode>`); `None`:
+    /// no client certificate asked.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl HttpsFiles {
+    /// The `<https_port>` and `<openSSL>` elements for `port`.
+    fn config_xml(&self, port: u16) -> String {
+        let path = |p: &Path| xml_escape(&p.to_string_lossy());
+        let verify = match &self.client_ca {
+            Some(ca) => {
+                format!("<verificationMode>strict</verificationMode><caConfig>{}</caConfig>", path(ca))
+            }
+            None => "<verificationMode>none</verificationMode>".to_owned(),
+        };
+        format!(
+            "    <https_port>{port}</https_port>\n    <openSSL><server><certificateFile>{}</certificateFile>\
+             <privateKeyFile>{}</privateKeyFile>{verify}<loadDefaultCAFile>false</loadDefaultCAFile>\
+             <cacheSessions>true</cacheSessions><disableProtocols>sslv2,sslv3</disableProtocols>\
+             <preferServerCiphers>true</preferServerCiphers></server></openSSL>",
+            path(&self.cert),
+            path(&self.key)
+        )
+    }
+}
+
 #[derive(Debug)]
 enum Dir {
     Temp(tempfile::TempDir),
@@ -181,6 +214,8 @@ pub struct DevClickHouse {
     tcp_port: u16,
     /// XML elements added to the rendered config (the cluster's `<remote_servers>`).
     extra_config: String,
+    /// HTTPS listener: its files and port (0 until ports are picked).
+    https: Option<(HttpsFiles, u16)>,
     // Declared last: removed after the server is stopped in `Drop`.
     dir: Dir,
 }
@@ -203,9 +238,24 @@ impl DevClickHouse {
         Self::start_with(Dir::Given(dir))
     }
 
+    /// Starts a server (temporary directory) that also serves HTTPS with `tls`
+    /// ([`Self::https_url`]).
+    pub fn start_https(tls: HttpsFiles) -> Result<DevClickHouse, DevChError> {
+        let dir = tempfile::Builder::new()
+            .prefix("oomlens-devch-")
+            .tempdir()
+            .map_err(io("creating a temporary directory"))?;
+        Self::start_with_https(Dir::Temp(dir), Some(tls))
+    }
+
     fn start_with(dir: Dir) -> Result<DevClickHouse, DevChError> {
+        Self::start_with_https(dir, None)
+    }
+
+    fn start_with_https(dir: Dir, tls: Option<HttpsFiles>) -> Result<DevClickHouse, DevChError> {
         let server = server_cmd()?;
         let mut ch = DevClickHouse::unstarted(server, dir)?;
+        ch.https = tls.map(|t| (t, 0));
         // A port picked here can be taken by someone else before the server binds it: retry with
         // fresh ports a few times when that is why the server exited.
         let mut attempt = 0;
@@ -229,7 +279,15 @@ impl DevClickHouse {
             let p = dir.path().join(sub);
             std::fs::create_dir_all(&p).map_err(io(format!("creating {}", p.display())))?;
         }
-        Ok(DevClickHouse { child: None, server, http_port: 0, tcp_port: 0, extra_config: String::new(), dir })
+        Ok(DevClickHouse {
+            child: None,
+            server,
+            http_port: 0,
+            tcp_port: 0,
+            extra_config: String::new(),
+            https: None,
+            dir,
+        })
     }
 
     /// Starts `shards` servers (temporary directories) forming cluster `name`: every server's
@@ -288,6 +346,14 @@ impl DevClickHouse {
         self.tcp_port = free_port()?;
         while self.tcp_port == self.http_port {
             self.tcp_port = free_port()?;
+        }
+        if let Some((files, _)) = self.https.take() {
+            let mut port = free_port()?;
+            while port == self.http_port || port == self.tcp_port {
+                port = free_port()?;
+            }
+            self.extra_config = files.config_xml(port);
+            self.https = Some((files, port));
         }
         self.write_config()
     }
@@ -392,6 +458,11 @@ impl DevClickHouse {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// The HTTPS URL (`https://localhost:<port>`) of a server started with [`Self::start_https`].
+    pub fn https_url(&self) -> Option<String> {
+        self.https.as_ref().map(|(_, port)| format!("https://localhost:{port}"))
     }
 
     /// HTTP port.

@@ -134,7 +134,8 @@ impl Ch {
     /// [`Self::connect`] without resolving the cluster's replicas.
     pub(crate) async fn connect_server(cfg: &ChConfig) -> Result<Ch, ChError> {
         cfg.validate().map_err(ChError::InvalidConfig)?;
-        let mut client = clickhouse::Client::default()
+        let mut client = super::tls::http_client(cfg)
+            .map_err(|e| ChError::InvalidConfig(e.to_string()))?
             .with_url(cfg.url.clone())
             .with_user(cfg.user.clone())
             .with_password(cfg.password.clone())

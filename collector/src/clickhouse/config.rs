@@ -3,6 +3,7 @@
 //! Deserialised from the collector's TOML (`[clickhouse]` section); every field has a default
 //! (`url` defaults to a local server on port 8123) and unknown keys are rejected.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use oomlens_schema::ddl::Retention;
@@ -57,6 +58,16 @@ pub struct ChConfig {
     /// Cluster mode: HTTP URL of every shard replica. Empty: derived from `url` by replacing its
     /// host with each host of `system.clusters` (which lists native TCP ports, not HTTP ports).
     pub shard_urls: Vec<String>,
+    /// HTTPS: CA certificate(s), PEM, that signed the server's certificate (unset: the system
+    /// trust store). Only with an `https://` URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// HTTPS: client certificate chain, PEM, for servers that verify clients (with `tls_key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// HTTPS: the client certificate's private key, PEM (with `tls_cert`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -94,6 +105,9 @@ impl Default for ChConfig {
             on_cluster_ddl: false,
             replicated: false,
             shard_urls: Vec::new(),
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -145,6 +159,27 @@ impl ChConfig {
         }
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(format!("clickhouse.url {:?} must start with http:// or https://", self.url));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(
+                "clickhouse.tls_cert and clickhouse.tls_key go together: set both or neither".to_owned()
+            );
+        }
+        let tls_set = self.tls_ca.is_some() || self.tls_cert.is_some();
+        let all_https =
+            self.url.starts_with("https://") && self.shard_urls.iter().all(|u| u.starts_with("https://"));
+        if tls_set && !all_https {
+            return Err(format!(
+                "clickhouse.tls_ca / tls_cert / tls_key need https:// URLs (clickhouse.url is {:?})",
+                self.url
+            ));
+        }
+        for (key, path) in
+            [("tls_ca", &self.tls_ca), ("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)]
+        {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(format!("clickhouse.{key} must name a PEM file (leave it unset otherwise)"));
+            }
         }
         if self.insert_max_rows == 0 || self.queue_capacity == 0 || self.request_timeout_ms == 0 {
             return Err(

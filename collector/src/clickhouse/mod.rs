@@ -10,6 +10,8 @@
 //! * [`sink`] — the batched, bounded, retrying writer that acknowledges a batch only once its rows
 //!   are stored.
 //! * [`retention`] — dropping expired day partitions on servers without `TTL`.
+//! * [`tls`] — the HTTP(S) client under the `clickhouse` crate: rustls with the configured CA and
+//!   client certificate.
 
 pub mod client;
 pub mod cluster;
@@ -19,6 +21,7 @@ pub mod migrate;
 pub mod retention;
 pub mod rowbinary;
 pub mod sink;
+pub mod tls;
 
 pub use client::{Ch, ChError};
 pub use config::ChConfig;

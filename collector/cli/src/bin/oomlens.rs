@@ -24,7 +24,7 @@ enum Command {
     /// Run a simulated fleet end to end (local ClickHouse, collector, agents) and show what landed.
     Demo(DemoArgs),
     /// Run a built-in query (see `oomlens sql --list`) and print its rows as TSV.
-    Sql(SqlArgs),
+    Sql(Box<SqlArgs>),
     /// Measure attribution accuracy: a simulated fleet with labelled OOMs (every scenario) through
     /// the real pipeline, then the confusion matrix, per-scenario precision / recall and the
     /// adversarial cases; exits 1 below --min-macro.
