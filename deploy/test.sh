@@ -81,9 +81,10 @@ if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import chdb' >/dev/nu
   "$venv/bin/python" -m pip install -q --disable-pip-version-check chdb-core
 fi
 "$venv/bin/python" -c 'import chdb; print("chdb-core", chdb.__version__)'
-# Kubernetes manifest check: OpenAPI schemas bundled offline in kubernetes-validate.
-if ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' >/dev/null 2>&1; then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes-validate PyYAML
+# Kubernetes: OpenAPI schemas bundled offline in kubernetes-validate; Helm's engine (Helm v4 as a
+# library) in helm-python-sdk, to render the chart.
+if ! "$venv/bin/python" -c 'import kubernetes_validate, yaml, helm_python' >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check kubernetes-validate PyYAML helm-python-sdk
 fi
 done_section "set-up"
 

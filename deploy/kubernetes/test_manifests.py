@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """Checks the Kubernetes deployment (run by deploy/test.sh):
 
-1. the committed manifests and chart templates are what render.py renders from values.yaml;
-2. every core object validates against the Kubernetes OpenAPI schemas (kubernetes-validate,
-   offline schemas, strict: unknown fields refused); cert-manager objects (CRDs, no bundled
-   schema) have their required fields;
+1. the chart renders with Helm's own engine (helm-python-sdk, Helm v4 as a library), and the
+   committed manifests are exactly that rendering without Helm hooks (render.py --check); the
+   chart's templates follow its values (optional keys, the node list);
+2. every core object validates against the Kubernetes OpenAPI schemas of every supported
+   Kubernetes version, 1.27 to 1.33 (kubernetes-validate, offline schemas, strict: unknown fields
+   refused); cert-manager objects (CRDs, no bundled schema) have their required fields;
 3. invariants: the DaemonSet runs with hostPID on GPU nodes (toleration for nvidia.com/gpu),
    mounts /proc, /dev/kmsg and /var/log/pods read-only, probes the health port, has resources;
    the Service has the UDP QUIC port; the PDB selects the collector pods; agent certificates
    carry the node name as CN; ...
-4. the chart's templates, evaluated with values.yaml (the three template forms render.py emits),
-   give exactly the objects of the manifests;
-5. the agent and collector TOML of the ConfigMaps are accepted by the real binaries
+4. the agent and collector TOML of the ConfigMaps are accepted by the real binaries
    (`oomlens-agent print-config --config FILE`, `oomlens-collector print-config --config FILE`).
 
-Usage: test_manifests.py --agent-bin PATH --collector-bin PATH [--kubernetes-version 1.30.0]
+Usage: test_manifests.py --agent-bin PATH --collector-bin PATH
 """
 
 import argparse
@@ -31,6 +31,11 @@ import kubernetes_validate
 import yaml
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import render  # noqa: E402
+
+# The Kubernetes versions the chart supports (Chart.yaml kubeVersion >= 1.27).
+KUBERNETES_VERSIONS = ["1.27.0", "1.28.0", "1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0"]
 CHART = HERE / "helm" / "oomlens"
 MANIFEST = HERE / "manifests" / "oomlens.yaml"
 ARGS = None
@@ -58,49 +63,24 @@ def lookup(vals, path):
     return v
 
 
-def evaluate_template(text, vals):
-    """Evaluates the template forms render.py emits (and only those: anything else fails)."""
-
-    def range_block(m):
-        items = lookup(vals, m.group(1))
-        body = m.group(2)
-        return "".join(
-            body.replace("{{ toJson . }}", json.dumps(item)).replace("{{ . }}", str(item)) for item in items
-        )
-
-    text = re.sub(r"\n?\{\{- range \$\.Values\.([\w.]+) \}\}\n(.*?)\{\{- end \}\}\n", range_block, text, flags=re.S)
-
-    def with_block(m):
-        value = lookup(vals, m.group(1))
-        if value in (None, "", [], {}, False, 0):
-            return ""
-        return "\n" + m.group(2).replace("{{ toJson . }}", json.dumps(value))
-
-    text = re.sub(r"\n\s*\{\{- with \$\.Values\.([\w.]+) \}\}\n(.*?)\n\s*\{\{- end \}\}", with_block, text, flags=re.S)
-    text = re.sub(r"\{\{ toJson \$\.Values\.([\w.]+) \}\}", lambda m: json.dumps(lookup(vals, m.group(1))), text)
-    if "{{" in text:
-        raise AssertionError("template form not understood by the check: " + text[text.index("{{") :][:80])
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
 class Rendering(unittest.TestCase):
-    def test_committed_files_are_rendered_from_values(self):
+    def test_committed_manifests_are_the_chart_rendered_by_helm(self):
         r = subprocess.run([sys.executable, str(HERE / "render.py"), "--check"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-
-    def test_chart_templates_give_the_manifests(self):
-        vals = values()
-        from_chart = []
-        for name in ["agent.yaml", "collector.yaml", "pki.yaml", "agent-certificates.yaml"]:
-            from_chart += evaluate_template((CHART / "templates" / name).read_text(), vals)
         key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
-        self.assertEqual(sorted(from_chart, key=key), sorted(load_manifests(), key=key))
-        # Optional keys disappear when emptied; the range follows the node list.
-        vals["agent"]["runtimeClassName"] = ""
-        vals["certificates"]["agentNodes"] = ["a", "b", "c"]
-        docs = evaluate_template((CHART / "templates" / "agent.yaml").read_text(), vals)
+        chart = render.render_chart()
+        self.assertEqual(
+            sorted((d for d in chart if not render.is_hook(d)), key=key), sorted(load_manifests(), key=key)
+        )
+        # The migration Job is a Helm hook only: `kubectl apply` cannot update a Job.
+        self.assertEqual([d["metadata"]["name"] for d in chart if render.is_hook(d)], ["oomlens-migrate"])
+        self.assertFalse([d for d in load_manifests() if d["kind"] == "Job"])
+
+    def test_the_templates_follow_the_values(self):
+        # Optional keys disappear when emptied; the Certificates follow the node list.
+        docs = render.render_chart({"agent": {"runtimeClassName": ""}, "certificates": {"agentNodes": ["a", "b", "c"]}})
         self.assertNotIn("runtimeClassName", by_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"])
-        certs = evaluate_template((CHART / "templates" / "agent-certificates.yaml").read_text(), vals)
+        certs = [d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"].startswith("oomlens-agent-")]
         self.assertEqual([c["spec"]["commonName"] for c in certs], ["a", "b", "c"])
 
     def test_chart_metadata(self):
@@ -110,21 +90,23 @@ class Rendering(unittest.TestCase):
 
 
 class Schemas(unittest.TestCase):
-    def test_core_objects_validate_strictly(self):
-        docs = [d for d in load_manifests() if not d["apiVersion"].startswith("cert-manager.io/")]
+    def test_core_objects_validate_strictly_on_every_supported_version(self):
+        docs = [d for d in render.render_chart() if not d["apiVersion"].startswith("cert-manager.io/")]
         self.assertEqual(
             sorted(d["kind"] for d in docs),
             sorted(["ConfigMap", "DaemonSet", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "Job"]),
         )
-        for d in docs:
-            with self.subTest(kind=d["kind"], name=d["metadata"]["name"]):
-                kubernetes_validate.validate(d, ARGS.kubernetes_version, strict=True)
+        for version in KUBERNETES_VERSIONS:
+            for d in docs:
+                with self.subTest(version=version, kind=d["kind"], name=d["metadata"]["name"]):
+                    kubernetes_validate.validate(d, version, strict=True)
 
     def test_a_broken_object_is_refused(self):
         ds = by_kind(load_manifests(), "DaemonSet")[0]
         ds["spec"]["template"]["spec"]["hostPid"] = True  # misspelt
-        with self.assertRaises(kubernetes_validate.ValidationError):
-            kubernetes_validate.validate(ds, ARGS.kubernetes_version, strict=True)
+        for version in (KUBERNETES_VERSIONS[0], KUBERNETES_VERSIONS[-1]):
+            with self.assertRaises(kubernetes_validate.ValidationError):
+                kubernetes_validate.validate(ds, version, strict=True)
 
     def test_cert_manager_objects_have_required_fields(self):
         docs = [d for d in load_manifests() if d["apiVersion"].startswith("cert-manager.io/")]
@@ -151,7 +133,8 @@ class Schemas(unittest.TestCase):
 
 class Invariants(unittest.TestCase):
     def setUp(self):
-        self.docs = load_manifests()
+        # Everything the chart installs (the manifests are the same without the hook Job).
+        self.docs = render.render_chart()
         self.ds = by_kind(self.docs, "DaemonSet", "oomlens-agent")[0]
         self.pod = self.ds["spec"]["template"]["spec"]
         self.agent = self.pod["containers"][0]
@@ -322,7 +305,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent-bin", required=True)
     ap.add_argument("--collector-bin", required=True)
-    ap.add_argument("--kubernetes-version", default="1.30.0")
     ARGS, rest = ap.parse_known_args()
     unittest.main(argv=[sys.argv[0], "-v"] + rest)
 
