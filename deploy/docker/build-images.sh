@@ -38,8 +38,10 @@ mapfile -t debs < <("$root/deploy/deb/build.sh" --profile "$profile" --out "$wor
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
 # The mirror this machine's apt uses (a CI machine may have its own), else Debian's.
 apt_mirror() {
-  sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1
-  grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | grep -v security | awk '{print $2}' | head -1
+  {
+    sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null
+    grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}'
+  } | grep -v security | head -1 || true
 }
 mirror=${DEBIAN_MIRROR:-$(apt_mirror | head -1)}
 mirror=${mirror:-http://deb.debian.org/debian}
