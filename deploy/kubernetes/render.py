@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders the plain manifests (manifests/oomlens.yaml) from the Helm chart (helm/oomlens) with
 Helm's own template engine: helm-python-sdk embeds Helm v4 as a library, so this is
-`helm template oomlens helm/oomlens --namespace <values.namespace>` with the chart's default values
+`helm template oomlens helm/oomlens --namespace oomlens` with the chart's default values
 — no helm binary, no home-made renderer. The chart's templates are the source; edit them and
 values.yaml, then run this script and commit the manifests too.
 
@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 CHART = HERE / "helm" / "oomlens"
 MANIFEST = HERE / "manifests" / "oomlens.yaml"
 RELEASE = "oomlens"
+NAMESPACE = "oomlens"
 HEADER = (
     "# Rendered by deploy/kubernetes/render.py: the chart helm/oomlens with its default values,\n"
     "# through Helm's own engine, without Helm hooks. Do not edit; edit the chart.\n"
@@ -31,12 +32,12 @@ HEADER = (
 
 def render_chart(values=None, release=RELEASE, namespace=None, is_upgrade=False):
     """Every object the chart renders (hooks included), in template order: a list of dicts."""
-    from helm_python import Chart  # imported here: --help works without it
+    import helm_python  # imported here: --help works without it
 
-    chart = Chart.load(str(CHART))
+    helm_python.disable_logging()
+    chart = helm_python.Chart.load(str(CHART))
     try:
-        merged = yaml.safe_load((CHART / "values.yaml").read_text())
-        namespace = namespace or merged.get("namespace", "default")
+        namespace = namespace or NAMESPACE
         rendered = chart.render(
             values or {}, name=release, namespace=namespace, is_install=not is_upgrade, is_upgrade=is_upgrade
         )

@@ -76,6 +76,101 @@ class Rendering(unittest.TestCase):
         self.assertEqual([d["metadata"]["name"] for d in chart if render.is_hook(d)], ["oomlens-migrate"])
         self.assertFalse([d for d in load_manifests() if d["kind"] == "Job"])
 
+    def test_release_aware_names_namespace_images_and_pull_secrets(self):
+        docs = render.render_chart(
+            {"imagePullSecrets": [{"name": "regcred"}], "agent": {"image": {"tag": "9.9.9"}}},
+            release="prod",
+            namespace="gpu",
+        )
+        for d in docs:
+            with self.subTest(kind=d["kind"], name=d["metadata"]["name"]):
+                self.assertTrue(d["metadata"]["name"].startswith("prod-oomlens"), d["metadata"]["name"])
+                self.assertEqual(d["metadata"]["namespace"], "gpu")
+                self.assertEqual(d["metadata"]["labels"]["app.kubernetes.io/instance"], "prod")
+        ds = by_kind(docs, "DaemonSet", "prod-oomlens-agent")[0]["spec"]["template"]["spec"]
+        self.assertEqual(ds["containers"][0]["image"], "ghcr.io/oomlens/oomlens-agent:9.9.9")
+        self.assertEqual(ds["imagePullSecrets"], [{"name": "regcred"}])
+        dep = by_kind(docs, "Deployment", "prod-oomlens-collector")[0]["spec"]["template"]["spec"]
+        chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+        self.assertEqual(dep["containers"][0]["image"], f"ghcr.io/oomlens/oomlens-collector:{chart['appVersion']}")
+        # The agents find the collector of this release, whose certificate carries that name.
+        agent_cfg = by_kind(docs, "ConfigMap", "prod-oomlens-agent")[0]["data"]["agent.toml"]
+        self.assertIn('collectors = ["prod-oomlens-collector.gpu.svc:4433"]', agent_cfg)
+        cert = by_kind(docs, "Certificate", "prod-oomlens-collector")[0]
+        self.assertIn("prod-oomlens-collector.gpu.svc", cert["spec"]["dnsNames"])
+
+    def test_a_config_change_rolls_the_pods(self):
+        def checksums(values):
+            docs = render.render_chart(values)
+            return [
+                by_kind(docs, kind)[0]["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+                for kind in ("DaemonSet", "Deployment")
+            ]
+
+        base = checksums(None)
+        agent = values()["agent"]["config"] + "\n# changed\n"
+        changed = checksums({"agent": {"config": agent}})
+        self.assertNotEqual(base[0], changed[0])
+        self.assertEqual(base[1], changed[1], "only the changed component rolls")
+
+    def test_optional_monitoring_objects(self):
+        off = render.render_chart()
+        self.assertFalse([d for d in off if d["apiVersion"].startswith("monitoring.coreos.com/")])
+        on = render.render_chart(
+            {
+                "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                "prometheusRule": {"enabled": True},
+                "grafanaDashboard": {"enabled": True},
+            }
+        )
+        sm = by_kind(on, "ServiceMonitor")[0]
+        svc = by_kind(on, "Service")[0]
+        self.assertEqual(sm["metadata"]["labels"]["release"], "kps")
+        self.assertTrue(set(sm["spec"]["selector"]["matchLabels"].items()) <= set(svc["metadata"]["labels"].items()))
+        self.assertIn("metrics", [p["name"] for p in svc["spec"]["ports"]])
+        pm = by_kind(on, "PodMonitor")[0]
+        ds_labels = by_kind(on, "DaemonSet")[0]["spec"]["template"]["metadata"]["labels"]
+        self.assertTrue(set(pm["spec"]["selector"]["matchLabels"].items()) <= set(ds_labels.items()))
+        # The alert rules are deploy/prometheus/alerts.yaml (promtool-tested), the dashboard is
+        # deploy/grafana's (built and checked by build.py).
+        rules = yaml.safe_load((HERE.parent / "prometheus" / "alerts.yaml").read_text())
+        self.assertEqual(by_kind(on, "PrometheusRule")[0]["spec"], rules)
+        dash = by_kind(on, "ConfigMap", "oomlens-dashboard")[0]
+        self.assertEqual(dash["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(
+            json.loads(dash["data"]["oomlens-dashboard.json"]),
+            json.loads((HERE.parent / "grafana" / "oomlens-dashboard.json").read_text()),
+        )
+        for version in (KUBERNETES_VERSIONS[0], KUBERNETES_VERSIONS[-1]):
+            kubernetes_validate.validate(dash, version, strict=True)
+
+    def test_values_schema_refuses_mistakes(self):
+        import helm_python
+
+        for bad, where in [
+            ({"collector": {"replicas": "two"}}, "/collector/replicas"),
+            ({"agent": {"imagePullPolicy": "Always"}}, "imagePullPolicy"),
+            ({"agent": {"image": {"pullPolicy": "Sometimes"}}}, "/agent/image/pullPolicy"),
+            ({"collector": {"clickhouse": {"url": "clickhouse:8123"}}}, "/collector/clickhouse/url"),
+            ({"certificates": {"agentNodes": ["Bad_Node"]}}, "/certificates/agentNodes/0"),
+        ]:
+            with self.subTest(where=where):
+                with self.assertRaises(helm_python.HelmError) as err:
+                    render.render_chart(bad)
+                self.assertIn(where, str(err.exception))
+
+    def test_notes_name_the_release(self):
+        import helm_python
+
+        helm_python.disable_logging()
+        chart = helm_python.Chart.load(str(CHART))
+        try:
+            notes = chart.render({}, name="prod", namespace="gpu", is_install=True)["oomlens/templates/NOTES.txt"]
+        finally:
+            chart.close()
+        self.assertIn("prod-oomlens-collector.gpu.svc:4433", notes)
+        self.assertIn("kubectl -n gpu get pods -l app.kubernetes.io/instance=prod", notes)
+
     def test_the_templates_follow_the_values(self):
         # Optional keys disappear when emptied; the Certificates follow the node list.
         docs = render.render_chart({"agent": {"runtimeClassName": ""}, "certificates": {"agentNodes": ["a", "b", "c"]}})
