@@ -58,7 +58,18 @@ async fn a_v2_report_with_a_snapshot_is_decided_and_shows_its_sites() {
     let gpu2 = sim.inventory().into_iter().find(|g| g.index == 2).unwrap();
     let (stop_agent, stop_rx) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(oomlens_agent::runner::run_agent(cfg.finish().unwrap(), stop_rx));
-    assert!(wait_until(Duration::from_secs(30), || socket.exists()).await, "the hook socket appeared");
+    // Until the hook socket accepts (its file appears at bind()); an agent that stopped says why.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if agent.is_finished() {
+            panic!("the agent stopped before its hook socket accepted: {:?}", agent.await);
+        }
+        if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the hook socket never accepted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Fragmented: 6 GiB free in the allocator's blocks, the largest 700 MiB, 2 GiB asked.
     let fragmented = serde_json::json!({
