@@ -413,6 +413,14 @@ impl Postmortem {
         for line in &a.evidence {
             writeln!(out, "    - {line}")?;
         }
+        let hist = oomlens_collector::analysis::json::free_block_histogram(&self.event.labels());
+        if !hist.is_empty() {
+            writeln!(
+                out,
+                "    - allocator free blocks by size: {}",
+                oomlens_collector::analysis::json::histogram_words(&hist)
+            )?;
+        }
         if !a.missing.is_empty() {
             writeln!(out, "  missing:  {}", a.missing.join(", "))?;
         }
@@ -691,6 +699,13 @@ pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()
         page.push_str("<h3>Evidence</h3><ul>");
         for e in &j.evidence {
             let _ = write!(page, "<li>{}</li>", html_escape(e));
+        }
+        if let Some(alloc) = j.allocator.as_ref().filter(|a| !a.free_block_histogram.is_empty()) {
+            let _ = write!(
+                page,
+                "<li>allocator free blocks by size: {}</li>",
+                html_escape(&oomlens_collector::analysis::json::histogram_words(&alloc.free_block_histogram))
+            );
         }
         page.push_str("</ul>\n");
         if !j.missing.is_empty() {

@@ -135,6 +135,7 @@ async fn a_v2_report_with_a_snapshot_is_decided_and_shows_its_sites() {
     assert_eq!(e["confidence"], 0.9);
     let alloc = &e["allocator"];
     assert_eq!(alloc["largest_free_block_bytes"], 700u64 << 20);
+    assert_eq!(alloc["free_block_histogram"], serde_json::json!([3000, 900, 180, 20, 0, 0]));
     assert_eq!(alloc["sites"][0]["site"], "/job/train.py:88");
     assert_eq!(alloc["sites"][0]["phase"], "forward");
     assert_eq!(alloc["sites"][1]["phase"], "load");
@@ -146,6 +147,16 @@ async fn a_v2_report_with_a_snapshot_is_decided_and_shows_its_sites() {
             .any(|l| l.as_str().unwrap().contains("largest free block 700.00 MiB")),
         "{e}"
     );
+
+    // The text report shows the free-block picture too.
+    let text = Command::new(env!("CARGO_BIN_EXE_oomlens"))
+        .args(["postmortem", &frag_id.to_string(), "--clickhouse-url", &ch.url()])
+        .env_remove("OOMLENS_COLLECTOR_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("allocator free blocks by size: 3000 < 1 MiB, 900 < 8 MiB"), "{text}");
+    assert!(text.contains("41.00 GiB at train.py:88 forward (forward)"), "{text}");
 
     let e = postmortem(&ch.url(), weights_id);
     assert_eq!(

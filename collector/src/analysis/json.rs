@@ -116,11 +116,40 @@ pub struct AllocatorJson {
     pub activation_bytes: Option<u64>,
     /// The top sites by live bytes.
     pub sites: Vec<AllocSite>,
+    /// Free blocks per size bucket ([`FREE_BLOCK_BUCKETS`] for the Python hook's summaries).
+    pub free_block_histogram: Vec<u64>,
+}
+
+/// The Python hook's free-block buckets (`FREE_BLOCK_BOUNDS` in `oomlens_hook.py`).
+pub const FREE_BLOCK_BUCKETS: [&str; 6] =
+    ["< 1 MiB", "< 8 MiB", "< 64 MiB", "< 512 MiB", "< 4 GiB", "≥ 4 GiB"];
+
+/// The free-block histogram of an event's labels (`alloc.free_block_histogram`), empty without one.
+pub fn free_block_histogram(labels: &[(String, String)]) -> Vec<u64> {
+    labels
+        .iter()
+        .find(|(k, _)| k == "alloc.free_block_histogram")
+        .map(|(_, v)| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// A histogram in words: `3000 < 1 MiB, 900 < 8 MiB, …` (buckets by number when they are not
+/// the hook's six).
+pub fn histogram_words(h: &[u64]) -> String {
+    h.iter()
+        .enumerate()
+        .map(|(i, n)| match (h.len() == FREE_BLOCK_BUCKETS.len(), FREE_BLOCK_BUCKETS.get(i)) {
+            (true, Some(b)) => format!("{n} {b}"),
+            _ => format!("{n} in bucket {}", i + 1),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl EventJson {
     /// The document of `f` attributed `a`, with its labels.
     pub fn new(f: &OomFeatures, a: &Attribution, labels: &[(String, String)]) -> EventJson {
+        let labels_list = labels;
         let labels: BTreeMap<String, String> = labels.iter().cloned().collect();
         EventJson {
             event_id: f.event_id.to_string(),
@@ -178,6 +207,7 @@ impl EventJson {
                     static_bytes: f.alloc_static_bytes,
                     activation_bytes: f.alloc_activation_bytes,
                     sites: f.alloc_sites.iter().map(|s| AllocSite::parse(s)).collect(),
+                    free_block_histogram: free_block_histogram(labels_list),
                 }
             }),
         }
@@ -198,6 +228,24 @@ pub fn format_ms(ms: i64) -> String {
             t.millisecond()
         ),
         Err(_) => format!("{ms} ms"),
+    }
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+
+    #[test]
+    fn histograms_from_labels_in_words() {
+        let labels = vec![("alloc.free_block_histogram".to_owned(), "3000,900,180,20,0,1".to_owned())];
+        let h = free_block_histogram(&labels);
+        assert_eq!(h, [3000, 900, 180, 20, 0, 1]);
+        assert_eq!(
+            histogram_words(&h),
+            "3000 < 1 MiB, 900 < 8 MiB, 180 < 64 MiB, 20 < 512 MiB, 0 < 4 GiB, 1 ≥ 4 GiB"
+        );
+        assert_eq!(histogram_words(&[4, 5]), "4 in bucket 1, 5 in bucket 2");
+        assert!(free_block_histogram(&[]).is_empty());
     }
 }
 
