@@ -377,3 +377,170 @@ fn deploy_cluster_ddl_is_the_rendered_one() {
         assert!(xml.contains(needle), "{needle}");
     }
 }
+
+/// Replicated shards against a real ZooKeeper: 2 shards × 2 replicas of 18.16 migrated with
+/// `ON CLUSTER` DDL into `Replicated*MergeTree` tables, two collectors (one per shard's first
+/// replica) storing simulated agents' data while the second replica of each shard is killed and
+/// then ZooKeeper is down for 30 s. Inserts need a quorum of both replicas (`insert_quorum`), so
+/// nothing is acknowledged while a replica is down (the agents keep their batches); once the
+/// replicas and ZooKeeper are back every acknowledged row is on every replica exactly once, and
+/// the built-in queries answer as on one server that got the same agents' data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicated_shards_survive_dead_replicas_and_a_zookeeper_outage() {
+    use oomlens_devkit::devzk::DevZooKeeper;
+    if !DevZooKeeper::available() {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI installs ZooKeeper (.ci/run)");
+        eprintln!(
+            "SKIPPED: ZooKeeper is not installed (apt-get install default-jre-headless libzookeeper-java)"
+        );
+        return;
+    }
+    let started = Instant::now();
+    let mut zk = DevZooKeeper::start().unwrap();
+    let mut servers =
+        DevClickHouse::start_replicated_cluster(CLUSTER_NAME, 2, 2, &zk.clickhouse_xml()).unwrap();
+    let single = start_clickhouse();
+    eprintln!("ZooKeeper + 5 servers up in {:?}", started.elapsed());
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path(), &NODES);
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let cluster_ch = |entry: usize| ChConfig {
+        url: servers[entry].url(),
+        cluster: CLUSTER_NAME.to_owned(),
+        on_cluster_ddl: true,
+        replicated: true,
+        // Both replicas have every acknowledged insert: the loss of either loses nothing.
+        insert_quorum: 2,
+        shard_urls: servers.iter().map(DevClickHouse::url).collect(),
+        request_timeout_ms: 10_000,
+        ..collector_config(&pki, &servers[entry].url(), any).clickhouse
+    };
+    let (cfg_a, cfg_b) = (cluster_ch(0), cluster_ch(2));
+    let mut collectors = Vec::new();
+    for ch in [cfg_a.clone(), cfg_b.clone()] {
+        let mut c = collector_config(&pki, &ch.url, any);
+        c.clickhouse = ch;
+        collectors.push(start_collector(c).await);
+    }
+    let (on_single, _stop_s) = start_collector(collector_config(&pki, &single.url(), any)).await;
+    // Each node streams to one of the two collectors and, with the same seed, to the single server:
+    // 240 simulated seconds at 4× (a minute), long enough to kill things under load.
+    let mut agents = Vec::new();
+    for (i, node) in NODES.iter().enumerate() {
+        let to = collectors[i % 2].0.addr;
+        agents.push(spawn_agent(agent_config(&pki, node, to, 90 + i as u64, 240, 4.0)));
+        agents.push(spawn_agent(agent_config(&pki, node, on_single.addr, 90 + i as u64, 240, 4.0)));
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    servers[1].kill().unwrap();
+    servers[3].kill().unwrap();
+    eprintln!("killed the second replica of each shard at {:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    zk.kill();
+    eprintln!("ZooKeeper down at {:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    zk.restart().unwrap();
+    eprintln!("ZooKeeper back at {:?}", started.elapsed());
+    // With a replica of each shard down no insert reaches its quorum: nothing is acknowledged,
+    // the agents keep their batches. The replicas return, and everything lands.
+    // 18.16 refuses to start while it cannot open a ZooKeeper session: retry for a while.
+    for r in [1, 3] {
+        let mut tries = 0;
+        while let Err(e) = servers[r].restart() {
+            tries += 1;
+            assert!(tries < 10, "replica {r} does not start again: {e}");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    eprintln!("replicas back at {:?}", started.elapsed());
+    let mut sent = Vec::new();
+    for a in agents {
+        sent.push(tokio::time::timeout(Duration::from_secs(300), a).await.unwrap().unwrap());
+    }
+    for (c, _stop) in collectors {
+        c.shutdown().await;
+    }
+    on_single.shutdown().await;
+    eprintln!("agents done at {:?}", started.elapsed());
+    for pair in sent.chunks(2) {
+        assert_eq!((pair[0].pending_batches, pair[1].pending_batches), (0, 0), "everything acknowledged");
+        assert_eq!((pair[0].gpu_samples, pair[0].events), (pair[1].gpu_samples, pair[1].events), "same data");
+    }
+
+    let one = client(&single.url());
+    let direct: Vec<clickhouse::Client> = servers.iter().map(|s| client(&s.url())).collect();
+    let tables = ["gpu_samples", "process_samples", "oom_events"];
+    // The rows of each node on its shard, once (the single server says how many).
+    let expected =
+        |node: &str, table: &str| format!("SELECT count() FROM oomlens.{table} WHERE node = '{node}'");
+    // oom_events is a ReplacingMergeTree (re-sent copies collapse on merge): count it FINAL.
+    let local = |node: &str, table: &str| {
+        let fin = if table == "oom_events" { " FINAL" } else { "" };
+        format!("SELECT count() FROM oomlens.{table}_local{fin} WHERE node = '{node}'")
+    };
+    let check = |replicas: Vec<usize>, when: &'static str| {
+        // Every node's rows on each listed replica of its shard, once.
+        let direct = &direct;
+        let one = &one;
+        async move {
+            for node in NODES {
+                let shard =
+                    count(&direct[0], &format!("SELECT toUInt64(cityHash64('{CLUSTER}', '{node}') % 2)"))
+                        .await as usize;
+                for table in tables {
+                    let want = count(one, &expected(node, table)).await;
+                    for &r in replicas.iter().filter(|&&r| r / 2 == shard) {
+                        let raw = format!("SELECT count() FROM oomlens.{table}_local WHERE node = '{node}'");
+                        assert_eq!(
+                            count(&direct[r], &local(node, table)).await,
+                            want,
+                            "{when}: {node} {table} on replica {r}"
+                        );
+                        if table != "oom_events" {
+                            assert_eq!(
+                                count(&direct[r], &raw).await,
+                                want,
+                                "{when}: {node} {table} stored once on replica {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // Quorum writes: every acknowledged row is on both replicas of its shard, so on the survivors
+    // already; a replica that was down caught up. Check each replica alone, after a sync.
+    for (r, replica) in direct.iter().enumerate() {
+        for table in ["gpu_samples", "process_samples", "oom_events", "agents"] {
+            let sql = format!("SYSTEM SYNC REPLICA oomlens.{table}_local");
+            replica.query(&sql).execute().await.unwrap_or_else(|e| panic!("{sql} on replica {r}: {e}"));
+        }
+    }
+    check(vec![0, 1, 2, 3], "every replica after the return").await;
+    eprintln!("replicas consistent at {:?}", started.elapsed());
+
+    // An insert whose quorum failed after its replica wrote the part is stored (and replicated)
+    // but its retry is deduplicated, and 18.16 feeds the materialized views only on the first
+    // write: the per-minute rollups can miss those rows. The documented remedy after a replica
+    // loss (docs/operations.md): roll up again; rollup states are idempotent.
+    let ch = Ch::connect(&cfg_a).await.unwrap();
+    let rebuilt = ch.backfill_rollups().await.unwrap();
+    eprintln!("rollups backfilled: {rebuilt:?}");
+
+    // Every built-in query answers the same on the replicated cluster as on one server.
+    let dist = client(&servers[0].url()).with_setting(DISTRIBUTED_PRODUCT_SETTING, "local");
+    let mut compared = 0;
+    for q in queries::all() {
+        for args in arg_sets(q) {
+            let sql = q.bind(&dist, "oomlens", &args).unwrap().sql_display().to_string();
+            let (on_dist, on_one) = (tsv(&dist, &sql).await, tsv(&one, &sql).await);
+            assert!(
+                same_answer(&on_dist, &on_one),
+                "{} {args:?}\ncluster:\n{on_dist}\nsingle:\n{on_one}",
+                q.name
+            );
+            compared += 1;
+        }
+    }
+    eprintln!("{compared} query runs compared at {:?}", started.elapsed());
+}

@@ -341,6 +341,64 @@ impl DevClickHouse {
         }
     }
 
+    /// Starts `shards` × `replicas` servers forming cluster `name` with replicated shards
+    /// (`internal_replication`), each with its `{shard}` / `{replica}` macros, an interserver
+    /// port for fetching parts, and `zookeeper` (the `<zookeeper>` and `<distributed_ddl>`
+    /// elements, [`crate::devzk::DevZooKeeper::clickhouse_xml`]). Returned shard by shard:
+    /// `[s1r1, s1r2, s2r1, s2r2, …]`.
+    pub fn start_replicated_cluster(
+        name: &str,
+        shards: usize,
+        replicas: usize,
+        zookeeper: &str,
+    ) -> Result<Vec<DevClickHouse>, DevChError> {
+        let server = server_cmd()?;
+        let mut taken = std::collections::HashSet::new();
+        let mut fresh_port = || -> Result<u16, DevChError> {
+            loop {
+                let port = free_port()?;
+                if taken.insert(port) {
+                    return Ok(port);
+                }
+            }
+        };
+        let mut servers = Vec::with_capacity(shards * replicas);
+        let mut interserver = Vec::with_capacity(shards * replicas);
+        for _ in 0..shards * replicas {
+            let dir = tempfile::Builder::new()
+                .prefix("oomlens-devch-")
+                .tempdir()
+                .map_err(io("creating a temporary directory"))?;
+            let mut ch = DevClickHouse::unstarted(server.clone(), Dir::Temp(dir))?;
+            ch.http_port = fresh_port()?;
+            ch.tcp_port = fresh_port()?;
+            interserver.push(fresh_port()?);
+            servers.push(ch);
+        }
+        let name = xml_escape(name);
+        let mut remote = format!("    <remote_servers>\n        <{name}>\n");
+        for s in 0..shards {
+            remote.push_str("            <shard><internal_replication>true</internal_replication>");
+            for r in 0..replicas {
+                let port = servers[s * replicas + r].tcp_port;
+                remote.push_str(&format!("<replica><host>127.0.0.1</host><port>{port}</port></replica>"));
+            }
+            remote.push_str("</shard>\n");
+        }
+        remote.push_str(&format!("        </{name}>\n    </remote_servers>\n"));
+        for (i, ch) in servers.iter_mut().enumerate() {
+            let (s, r) = (i / replicas + 1, i % replicas + 1);
+            ch.extra_config = format!(
+                "{remote}    <macros><cluster>{name}</cluster><shard>{s:02}</shard><replica>r{s}-{r}</replica></macros>\n    \
+                 <interserver_http_port>{}</interserver_http_port><interserver_http_host>127.0.0.1</interserver_http_host>\n{zookeeper}",
+                interserver[i]
+            );
+            ch.write_config()?;
+            ch.spawn_and_wait()?;
+        }
+        Ok(servers)
+    }
+
     fn pick_ports(&mut self) -> Result<(), DevChError> {
         self.http_port = free_port()?;
         self.tcp_port = free_port()?;

@@ -8,4 +8,5 @@
 
 pub mod clitest;
 pub mod devch;
+pub mod devzk;
 pub mod tinyfs;

@@ -147,6 +147,11 @@ impl Ch {
         if cfg.is_cluster() {
             client = client.with_setting(DISTRIBUTED_SYNC_SETTING, "1");
         }
+        if cfg.insert_quorum > 0 {
+            // Inserts (through the Distributed tables too: the setting travels with them) are
+            // stored once this many replicas of the shard have them.
+            client = client.with_setting("insert_quorum", cfg.insert_quorum.to_string());
+        }
         let mut ch = Ch {
             client,
             url: cfg.url.clone(),

@@ -70,6 +70,37 @@ async fn cluster_rows(ch: &Ch, name: &str) -> Result<Vec<ClusterRow>, ChError> {
         .await
 }
 
+/// The row of `local` (this server's `is_local` rows) that is this server. ClickHouse 18.16
+/// marks every replica of the server's own shard `is_local`; with replicated shards the
+/// `{replica}` macro tells them apart: the row whose server, asked through `remote()`, has this
+/// server's. Other cases are returned unchanged (the caller reports them).
+async fn own_rows(ch: &Ch, cfg: &ChConfig, local: Vec<ClusterRow>) -> Result<Vec<ClusterRow>, ChError> {
+    if local.len() < 2 || local.iter().any(|r| r.shard_num != local[0].shard_num) {
+        return Ok(local);
+    }
+    const MACRO: &str = "SELECT substitution FROM system.macros WHERE macro = 'replica'";
+    let mine = ch.run("reading system.macros", ch.client().query(MACRO).fetch_optional::<String>()).await?;
+    let Some(mine) = mine else { return Ok(local) };
+    let mut own = Vec::new();
+    for r in local {
+        let theirs = ch
+            .run(
+                "reading a replica's macros through remote()",
+                ch.client()
+                    .query("SELECT substitution FROM remote(?, system.macros, ?, ?) WHERE macro = 'replica'")
+                    .bind(format!("{}:{}", r.host_name, r.port))
+                    .bind(cfg.user.as_str())
+                    .bind(cfg.password.as_str())
+                    .fetch_optional::<String>(),
+            )
+            .await?;
+        if theirs.as_deref() == Some(mine.as_str()) {
+            own.push(r);
+        }
+    }
+    Ok(own)
+}
+
 /// `base` (an `http(s)://[user@]host[:port][/path]` URL) with its host replaced by `host`.
 pub fn derive_url(base: &str, host: &str) -> Result<String, String> {
     let (scheme, rest) = base.split_once("://").ok_or_else(|| format!("{base:?} has no scheme"))?;
@@ -97,7 +128,15 @@ pub fn derive_url(base: &str, host: &str) -> Result<String, String> {
 
 /// The configuration for a direct (non-cluster) client of one replica.
 fn replica_config(cfg: &ChConfig, url: String) -> ChConfig {
-    ChConfig { url, cluster: String::new(), on_cluster_ddl: false, shard_urls: Vec::new(), ..cfg.clone() }
+    ChConfig {
+        url,
+        cluster: String::new(),
+        on_cluster_ddl: false,
+        replicated: false,
+        insert_quorum: 0,
+        shard_urls: Vec::new(),
+        ..cfg.clone()
+    }
 }
 
 /// Reads the topology of `cfg.cluster` through `main` and connects to every replica.
@@ -133,6 +172,7 @@ pub async fn resolve(main: &Ch, cfg: &ChConfig) -> Result<Topology, ChError> {
         let ch = Ch::connect_server(&replica_config(cfg, url.clone())).await?;
         let local: Vec<ClusterRow> =
             cluster_rows(&ch, name).await?.into_iter().filter(|r| r.is_local != 0).collect();
+        let local = own_rows(&ch, cfg, local).await?;
         let [me] = local.as_slice() else {
             return Err(ChError::InvalidConfig(format!(
                 "the server at {url} {} of cluster {name:?} in its own system.clusters \

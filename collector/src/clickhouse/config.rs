@@ -58,6 +58,12 @@ pub struct ChConfig {
     /// Cluster mode: HTTP URL of every shard replica. Empty: derived from `url` by replacing its
     /// host with each host of `system.clusters` (which lists native TCP ports, not HTTP ports).
     pub shard_urls: Vec<String>,
+    /// Replicated mode: replicas of a shard that must have written an insert before it counts as
+    /// stored (ClickHouse's `insert_quorum`). 0: off (an insert is stored once one replica has it;
+    /// the others copy it asynchronously). The number of replicas per shard makes every
+    /// acknowledged row survive the loss of any replica, at the price of storing nothing (agents
+    /// keep spooling) while a replica is down.
+    pub insert_quorum: u64,
     /// HTTPS: CA certificate(s), PEM, that signed the server's certificate (unset: the system
     /// trust store). Only with an `https://` URL.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,6 +111,7 @@ impl Default for ChConfig {
             on_cluster_ddl: false,
             replicated: false,
             shard_urls: Vec::new(),
+            insert_quorum: 0,
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
@@ -159,6 +166,10 @@ impl ChConfig {
         }
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(format!("clickhouse.url {:?} must start with http:// or https://", self.url));
+        }
+        if self.insert_quorum > 0 && !self.replicated {
+            return Err("clickhouse.insert_quorum needs clickhouse.replicated (Replicated*MergeTree tables)"
+                .to_owned());
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(
