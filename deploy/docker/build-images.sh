@@ -45,6 +45,11 @@ apt_mirror() {
 }
 mirror=${DEBIAN_MIRROR:-$(apt_mirror | head -1)}
 mirror=${mirror:-http://deb.debian.org/debian}
+# debootstrap downloads with wget, which ignores apt's own proxy setting: pass it on.
+if [ -z "${http_proxy:-}" ] && command -v apt-config >/dev/null; then
+  eval "$(apt-config shell apt_proxy Acquire::http::Proxy)"
+  if [ -n "${apt_proxy:-}" ]; then export http_proxy=$apt_proxy; fi
+fi
 echo "debootstrap $suite (minbase + ca-certificates, tzdata) from $mirror" >&2
 debootstrap --variant=minbase --include=ca-certificates,tzdata "$suite" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
   || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
