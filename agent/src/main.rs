@@ -18,6 +18,8 @@ use oomlens_agent::source::nvml::{NvmlOptions, smoke_report};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: oomlens_schema::telemetry::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -188,10 +190,14 @@ impl HookListenArgs {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    oomlens_schema::telemetry::init_logging();
+    oomlens_schema::telemetry::init_logging_with(cli.log.log_format, "info");
+    oomlens_schema::telemetry::exit_status(run(cli))
+}
+
+#[tokio::main]
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::PrintConfig(args) => print!("{}", args.config()?.to_toml()?),
         Command::Run(args) if args.print_config => print!("{}", args.config()?.to_toml()?),

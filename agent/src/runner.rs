@@ -310,6 +310,14 @@ pub async fn run_agent(cfg: ValidConfig, mut stop: watch::Receiver<bool>) -> Res
         t.abort();
     }
     let totals = handle.totals();
-    info!(?totals, "agent stopped");
+    info!(
+        batches = totals.batches,
+        acked_batches = totals.acked_batches,
+        pending_batches = totals.pending_batches,
+        events = totals.events,
+        dropped_events = totals.dropped_events,
+        dropped_samples = totals.dropped_gpu_samples + totals.dropped_process_samples,
+        "agent stopped"
+    );
     Ok(totals)
 }

@@ -170,3 +170,63 @@ fn parse_into_a_closed_pipe_stops_quietly() {
     assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Off a terminal, log lines carry no ANSI colour; `--log-format json` writes one JSON object per
+/// line; and a user error is `error: …` with its causes — exit status 1, never a backtrace, even
+/// with `RUST_BACKTRACE` set.
+#[test]
+fn logs_are_plain_or_json_and_user_errors_have_no_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    // The former key name: loading it logs a warning.
+    std::fs::write(&path, "[uplink]\nspool_max_bytes = 100000000\n").unwrap();
+    let warning = "uplink.spool_max_bytes is the former name of spool.max_bytes";
+
+    let out = bin().args(["print-config", "--config"]).arg(&path).env("OOMLENS_LOG", "warn").output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(warning) && stderr.contains("WARN"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "ANSI escape codes off a terminal: {stderr:?}");
+
+    let out = bin()
+        .args(["--log-format", "json", "print-config", "--config"])
+        .arg(&path)
+        .env("OOMLENS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> =
+        stderr.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert_eq!(lines[0]["level"], "WARN");
+    assert!(lines[0]["fields"]["message"].as_str().unwrap().contains(warning), "{stderr}");
+    assert!(lines[0]["timestamp"].is_string(), "{stderr}");
+    // The variable does the same as the flag.
+    let out = bin()
+        .args(["print-config", "--config"])
+        .arg(&path)
+        .env("OOMLENS_LOG", "warn")
+        .env("OOMLENS_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(out.stderr).unwrap().starts_with('{'));
+    let stderr = failed(bin().args(["--log-format", "yaml", "print-config"]).output().unwrap());
+    assert!(stderr.contains("text or json"), "{stderr}");
+
+    for backtrace in ["1", "full"] {
+        let out = bin()
+            .args(["print-config", "--config"])
+            .arg(dir.path().join("missing.toml"))
+            .env("RUST_BACKTRACE", backtrace)
+            .env("RUST_LIB_BACKTRACE", backtrace)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(stderr.contains("missing.toml"), "{stderr}");
+        assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+        assert!(stderr.lines().count() <= 4, "{stderr}");
+    }
+}

@@ -143,6 +143,11 @@ impl CollectorMetrics {
         );
         r.register_collector(Box::new(ProcessMemory));
         if let Some(stats) = sink {
+            r.register(
+                "insert_duration_seconds",
+                "Duration of the successful ClickHouse INSERT statements",
+                stats.insert_duration.histogram.clone(),
+            );
             r.register_collector(Box::new(SinkCollector(stats)));
         }
         Arc::new(m)
@@ -223,19 +228,6 @@ impl Collector for SinkCollector {
             "clickhouse_errors",
             "Failed ClickHouse inserts (each retried)",
             get(&s.insert_errors),
-        )?;
-        counter(
-            &mut enc,
-            "insert_latency_microseconds_sum",
-            "Sum of insert latencies",
-            get(&s.insert_latency_us_sum),
-        )?;
-        counter(&mut enc, "insert_latency_count", "Inserts timed", get(&s.insert_latency_count))?;
-        gauge(
-            &mut enc,
-            "insert_latency_microseconds_max",
-            "Slowest insert",
-            get(&s.insert_latency_us_max) as i64,
         )?;
         gauge(&mut enc, "queue_depth", "Batches waiting for the writer", get(&s.queue_depth) as i64)?;
         gauge(

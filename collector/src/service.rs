@@ -91,7 +91,7 @@ async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metri
             if up {
                 info!("ClickHouse is reachable and inserts succeed again: ready");
             } else {
-                error!(reachable, writing, last_error = ?stats.last_error(), "ClickHouse is down or failing: not ready");
+                error!(reachable, writing, last_error = stats.last_error().as_deref().unwrap_or("none"), "ClickHouse is down or failing: not ready");
             }
             was_up = up;
         }
@@ -187,7 +187,7 @@ pub async fn start(
         .map_err(ServerError::from)?;
     let ch = connect_with_retry(&cfg.clickhouse, &mut stop).await?;
     let report = ch.migrate().await?;
-    info!(?report, "schema ready");
+    info!(%report, "schema ready");
     let mut background = Vec::new();
     if !ch.caps().ttl {
         background.push(ch.spawn_retention(Duration::from_secs(3600)));

@@ -191,17 +191,95 @@ pub async fn serve(
     Ok((local, task))
 }
 
-/// Logs to stderr; the filter comes from `OOMLENS_LOG` (e.g. `debug`, `oomlens_collector=debug`),
-/// default `info`.
-pub fn init_logging() {
-    init_logging_with_default("info");
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human line per event (`2026-12-02T10:00:00Z  INFO oomlens_collector: collector listening
+    /// listen=…`), coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`, the span list): for log
+    /// shippers.
+    Json,
 }
 
-/// Like [`init_logging`] with another default filter (e.g. `warn` for interactive commands).
-pub fn init_logging_with_default(default: &str) {
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "text" | "human" | "pretty" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("unknown log format {other:?} (expected text or json)")),
+        }
+    }
+}
+
+impl std::fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+/// The logging flags every binary takes (`--log-format`, or `OOMLENS_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct LogArgs {
+    /// Log lines on stderr: `text` (one human line each; colour only on a terminal) or `json` (one
+    /// object per line, for log shippers). The filter is `OOMLENS_LOG` (e.g. `debug`).
+    #[arg(long, global = true, env = "OOMLENS_LOG_FORMAT", default_value = "text", value_name = "text|json")]
+    pub log_format: LogFormat,
+}
+
+/// Logs to stderr in `format`, filtered by `OOMLENS_LOG` (e.g. `debug`, `oomlens_collector=debug`)
+/// or else `default` (`info` for services, `warn` for interactive commands). Text carries ANSI
+/// colour only when stderr is a terminal (never into a file, a pipe or journald).
+pub fn init_logging_with(format: LogFormat, default: &str) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("OOMLENS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).flatten_event(false).try_init(),
+    };
+}
+
+/// A binary's exit for the outcome of its work: on an error, `error: <what>` and one
+/// `  caused by: <why>` line per cause on stderr, and exit status 1. Never a backtrace: a refused
+/// config, a missing file or an unreachable server is the user's to fix, not a crash (a panic still
+/// prints one under `RUST_BACKTRACE`).
+pub fn exit_status<E>(outcome: Result<(), E>) -> std::process::ExitCode
+where
+    E: AsRef<dyn std::error::Error + 'static>,
+{
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", error_report(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `error: <what>` then `  caused by: <why>` per cause (repeated messages skipped: some errors
+/// repeat their source in their own text).
+pub fn error_report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = format!("error: {e}");
+    let mut last = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !last.contains(&text) {
+            out.push_str("\n  caused by: ");
+            out.push_str(&text);
+        }
+        last = text;
+        source = cause.source();
+    }
+    out
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -239,6 +317,40 @@ mod tests {
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out).await;
         String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn log_formats_parse_and_print() {
+        assert_eq!("JSON".parse::<LogFormat>(), Ok(LogFormat::Json));
+        assert_eq!("text".parse::<LogFormat>(), Ok(LogFormat::Text));
+        assert_eq!(LogFormat::Json.to_string(), "json");
+        let err = "yaml".parse::<LogFormat>().unwrap_err();
+        assert!(err.contains("text or json"), "{err}");
+    }
+
+    #[derive(Debug)]
+    struct Chained(&'static str, Option<Box<Chained>>);
+
+    impl std::fmt::Display for Chained {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chained {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    #[test]
+    fn error_reports_name_each_cause_once() {
+        let e = Chained(
+            "cannot read the config /etc/x.toml",
+            Some(Box::new(Chained("No such file", Some(Box::new(Chained("No such file", None)))))),
+        );
+        assert_eq!(error_report(&e), "error: cannot read the config /etc/x.toml\n  caused by: No such file");
+        assert_eq!(error_report(&Chained("plain", None)), "error: plain");
     }
 
     #[test]

@@ -881,7 +881,7 @@ pub fn spawn_follower(
     tokio::spawn(async move {
         let mut seen = FollowStats::default();
         let mut stopping = false;
-        info!(patterns = ?follower.opts.patterns, "following job logs");
+        info!(patterns = %follower.opts.patterns.join(", "), "following job logs");
         loop {
             stopping |= *stop.borrow();
             let last = stopping;

@@ -276,7 +276,17 @@ impl DiskSpool {
             recovery.replayed_rows.add(e.rows);
         }
         if recovery.replayed_batches > 0 || lost {
-            info!(dir = %dir.display(), boot_id = meta.boot_id, next_seq, ?recovery, "spool reopened");
+            info!(
+                dir = %dir.display(),
+                boot_id = meta.boot_id,
+                next_seq,
+                replayed_batches = recovery.replayed_batches,
+                replayed_events = recovery.replayed_rows.events,
+                corrupt_ranges = recovery.corrupt_ranges,
+                truncated_bytes = recovery.truncated_bytes,
+                meta_lost = recovery.meta_lost,
+                "spool reopened"
+            );
         }
         let state = SpoolState { boot_id: spool.meta.boot_id, next_seq, recovery };
         Ok((spool, state))

@@ -168,7 +168,7 @@ struct Report {
     collector_connected_agents: Option<f64>,
     /// Collector flushes completed per second in the window (`insert_flushes`).
     flushes_per_s: Option<f64>,
-    /// Mean duration of one `INSERT` statement in the window (`insert_latency_*`), ms.
+    /// Mean duration of one `INSERT` statement in the window (`insert_duration_seconds`), ms.
     insert_ms_mean: Option<f64>,
     failed_sessions: u64,
     late_ticks: u64,
@@ -582,8 +582,8 @@ async fn drive(
     let writer_snap = || {
         collector.metrics([
             "oomlens_collector_insert_flushes_total",
-            "oomlens_collector_insert_latency_microseconds_sum_total",
-            "oomlens_collector_insert_latency_count_total",
+            "oomlens_collector_insert_duration_seconds_sum",
+            "oomlens_collector_insert_duration_seconds_count",
         ])
     };
     let writer_before = writer_snap();
@@ -608,7 +608,7 @@ async fn drive(
     let flushes_per_s = writer_before[0].zip(writer_after[0]).map(|(a, b)| (b - a) / measured);
     let insert_ms_mean = match (writer_before, writer_after) {
         ([_, Some(sum0), Some(n0)], [_, Some(sum1), Some(n1)]) if n1 > n0 => {
-            Some((sum1 - sum0) / (n1 - n0) / 1000.0)
+            Some((sum1 - sum0) / (n1 - n0) * 1000.0)
         }
         _ => None,
     };

@@ -12,7 +12,7 @@ use oomlens_collector::config::ValidConfig;
 use oomlens_collector::ingest::auth::TlsReloadOutcome;
 use oomlens_collector::ingest::certs::mint_dev_pki;
 use oomlens_schema::ddl::{ClusterDdl, Retention, ServerVersion, schema_sql};
-use oomlens_schema::telemetry::{init_logging, stop_on_signal};
+use oomlens_schema::telemetry::{LogArgs, exit_status, init_logging_with, stop_on_signal};
 
 /// oomlens collector: receives agents' frames over QUIC (mutual TLS) and stores them in ClickHouse.
 #[derive(Debug, Parser)]
@@ -20,6 +20,8 @@ use oomlens_schema::telemetry::{init_logging, stop_on_signal};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -151,10 +153,14 @@ struct CertsArgs {
     days: i64,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging_with(cli.log.log_format, "info");
+    exit_status(run(cli))
+}
+
+#[tokio::main]
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) if args.print_config => print_config(&args),
         Command::PrintConfig(args) => print_config(&args),
@@ -248,7 +254,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 tracing::info!("SIGHUP: reloading the TLS material");
                 match running.reload_tls() {
                     TlsReloadOutcome::Failed(e) => tracing::error!(error = %e, "TLS reload failed; the previous material stays in use"),
-                    outcome => tracing::info!(?outcome, "TLS reload done"),
+                    TlsReloadOutcome::Reloaded => tracing::info!("TLS reload done: new connections use the new material"),
+                    TlsReloadOutcome::Unchanged => tracing::info!("TLS reload done: the files are unchanged"),
                 }
             }
         }

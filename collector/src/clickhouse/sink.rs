@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clickhouse::{RowOwned, RowWrite};
 use oomlens_schema::Batch;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use oomlens_schema::ddl::ServerCaps;
 use oomlens_schema::rows::{AgentRow, GpuSampleRow, OomEventRow, ProcessSampleRow, TableRow};
 use tokio::sync::{mpsc, oneshot};
@@ -87,12 +88,9 @@ pub struct SinkStats {
     pub insert_batches: AtomicU64,
     /// Failed `INSERT` attempts (each is retried).
     pub insert_errors: AtomicU64,
-    /// Sum of successful `INSERT` latencies, µs.
-    pub insert_latency_us_sum: AtomicU64,
-    /// Number of successful `INSERT`s.
-    pub insert_latency_count: AtomicU64,
-    /// Slowest successful `INSERT`, µs.
-    pub insert_latency_us_max: AtomicU64,
+    /// Durations of the successful `INSERT` statements, seconds (exposed as the
+    /// `oomlens_collector_insert_duration_seconds` histogram).
+    pub insert_duration: InsertDuration,
     /// Batches waiting in the queue for the writer.
     pub queue_depth: AtomicU64,
     /// Batches taken by the writer and not yet stored.
@@ -114,18 +112,48 @@ impl SinkStats {
         *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
     }
 
-    /// Mean latency of successful inserts.
-    pub fn mean_insert_latency(&self) -> Option<Duration> {
-        let n = self.insert_latency_count.load(Ordering::Relaxed);
-        (n > 0).then(|| Duration::from_micros(self.insert_latency_us_sum.load(Ordering::Relaxed) / n))
+    fn record_insert(&self, took: Duration, rows: usize) {
+        self.insert_duration.observe(took);
+        self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+}
+
+/// `INSERT` durations: the histogram `/metrics` exposes (buckets from 1 ms to ~65 s, doubling)
+/// plus the count and total this process reads back (the histogram has no read accessors).
+#[derive(Debug)]
+pub struct InsertDuration {
+    /// The exposed histogram, seconds.
+    pub histogram: Histogram,
+    count: AtomicU64,
+    total_us: AtomicU64,
+}
+
+impl Default for InsertDuration {
+    fn default() -> Self {
+        InsertDuration {
+            histogram: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            count: AtomicU64::new(0),
+            total_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl InsertDuration {
+    fn observe(&self, took: Duration) {
+        self.histogram.observe(took.as_secs_f64());
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.total_us.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    fn record_insert(&self, took: Duration, rows: usize) {
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.insert_latency_us_sum.fetch_add(us, Ordering::Relaxed);
-        self.insert_latency_count.fetch_add(1, Ordering::Relaxed);
-        self.insert_latency_us_max.fetch_max(us, Ordering::Relaxed);
-        self.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
+    /// Inserts timed so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Their mean duration, `None` before the first.
+    pub fn mean(&self) -> Option<Duration> {
+        let n = self.count();
+        (n > 0).then(|| Duration::from_micros(self.total_us.load(Ordering::Relaxed) / n))
     }
 }
 

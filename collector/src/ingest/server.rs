@@ -236,7 +236,8 @@ impl Server {
         let mut tasks = tokio::task::JoinSet::new();
         // The poll task holds the endpoint: it must not outlive the server (abort on drop).
         let _tls_poll = self.cfg.tls_reload_interval.map(|every| AbortOnDrop(self.tls.spawn_poll(every)));
-        info!(listen = ?self.endpoint.local_addr().ok(), collector_id = %self.cfg.collector_id, "collector listening");
+        let listen = self.endpoint.local_addr().map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
+        info!(%listen, collector_id = %self.cfg.collector_id, "collector listening");
         // Summarises the peer-caused warnings suppressed in a window that ended quietly.
         let mut summary_tick = tokio::time::interval(crate::ingest::warnlimit::WINDOW);
         loop {

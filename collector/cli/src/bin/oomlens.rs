@@ -9,7 +9,7 @@ use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_cli::demo::print_demo_outcome;
 use oomlens_cli::demo::{DemoConfig, DemoError, run_demo};
 use oomlens_collector::cli::{ChArgs, write_completions, write_man};
-use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
+use oomlens_schema::telemetry::{LogArgs, exit_status, init_logging_with, stop_on_signal};
 
 /// oomlens: understand the out-of-memory failures of a GPU fleet.
 #[derive(Debug, Parser)]
@@ -17,6 +17,8 @@ use oomlens_schema::telemetry::{init_logging_with_default, stop_on_signal};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -281,10 +283,14 @@ struct SqlArgs {
     params: Vec<String>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging_with_default("warn");
+    init_logging_with(cli.log.log_format, "warn");
+    exit_status(run(cli))
+}
+
+#[tokio::main]
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(a) => {
             let agent_bin = match a.agent_bin {
