@@ -182,7 +182,8 @@ fn logs_are_plain_or_json_and_user_errors_have_no_backtrace() {
     std::fs::write(&path, "[uplink]\nspool_max_bytes = 100000000\n").unwrap();
     let warning = "uplink.spool_max_bytes is the former name of spool.max_bytes";
 
-    let out = bin().args(["print-config", "--config"]).arg(&path).env("OOMLENS_LOG", "warn").output().unwrap();
+    let out =
+        bin().args(["print-config", "--config"]).arg(&path).env("OOMLENS_LOG", "warn").output().unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(warning) && stderr.contains("WARN"), "{stderr}");

@@ -91,7 +91,12 @@ async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metri
             if up {
                 info!("ClickHouse is reachable and inserts succeed again: ready");
             } else {
-                error!(reachable, writing, last_error = stats.last_error().as_deref().unwrap_or("none"), "ClickHouse is down or failing: not ready");
+                error!(
+                    reachable,
+                    writing,
+                    last_error = stats.last_error().as_deref().unwrap_or("none"),
+                    "ClickHouse is down or failing: not ready"
+                );
             }
             was_up = up;
         }

@@ -235,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
                 max_events: 1,
             };
             let evs = postmortem::find_events(db, "oomlens", &sel).await?;
-            let ev = evs.first().context("event missing")?;
+            let ev = evs.events.first().context("event missing")?;
             let pm =
                 postmortem::build(db, "oomlens", ev, Lookback::default()).await?.context("not explained")?;
             Ok(pm.curve.map_or(0, |c| c.processes.len()))
@@ -372,7 +372,10 @@ async fn main() -> anyhow::Result<()> {
             ms(med)
         );
         let (first, med, n) = time(a.runs.min(2), || async {
-            Ok(capacity::build(db, "oomlens", GroupBy::Node, BASE_MS, until, 60_000, 10).await?.groups.len())
+            Ok(capacity::build(db, "oomlens", &capacity::ReportOptions::new(GroupBy::Node, BASE_MS, until))
+                .await?
+                .groups
+                .len())
         })
         .await?;
         println!("capacity report by node ({n} groups): first {:.0} ms, median {:.0} ms", ms(first), ms(med));

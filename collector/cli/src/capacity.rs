@@ -15,7 +15,8 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::render::{PALETTE, html_escape, html_head};
+use crate::chart::{self, Swatch};
+use crate::render::{html_escape, html_head, wide};
 use crate::timearg::format_ms;
 use oomlens_collector::analysis::queries::{self, ParamValue};
 use oomlens_collector::analysis::{self, AttributionError, FeatureWindow};
@@ -143,24 +144,48 @@ pub struct Group {
     pub gpus: u64,
     /// GPU samples.
     pub samples: u64,
-    /// p50 of used / total.
-    pub p50: f64,
+    /// GPU-days observed: GPU-seconds with a reading / 86 400.
+    pub gpu_days: f64,
+    /// p50 of used / total (None without samples: a group seen only in OOM events).
+    pub p50: Option<f64>,
     /// p95.
-    pub p95: f64,
+    pub p95: Option<f64>,
     /// p99.
-    pub p99: f64,
+    pub p99: Option<f64>,
     /// Max of used / total, as a fraction (1.0 = full).
-    pub max: f64,
+    pub max: Option<f64>,
     /// Share of samples at or above 90 % (of the time).
-    pub above_90_share: f64,
+    pub above_90_share: Option<f64>,
     /// OOM events.
     pub ooms: u64,
     /// OOM events per attributed scenario.
     pub ooms_by_scenario: BTreeMap<String, u64>,
-    /// OOMs per GPU-day sampled (None without samples).
+    /// OOMs per GPU-day sampled; None below the report's `min_gpu_days` (a rate from minutes of
+    /// data would be extrapolation: read the count).
     pub ooms_per_gpu_day: Option<f64>,
-    /// OOMs per GPU-day sampled, per attributed scenario (empty without samples).
+    /// OOMs per GPU-day sampled, per attributed scenario (empty when `ooms_per_gpu_day` is None).
     pub ooms_per_gpu_day_by_scenario: BTreeMap<String, f64>,
+}
+
+impl Group {
+    /// A group seen only in OOM events (no GPU samples).
+    fn unsampled(key: &str) -> Self {
+        Group {
+            key: key.to_owned(),
+            gpus: 0,
+            samples: 0,
+            gpu_days: 0.0,
+            p50: None,
+            p95: None,
+            p99: None,
+            max: None,
+            above_90_share: None,
+            ooms: 0,
+            ooms_by_scenario: BTreeMap::new(),
+            ooms_per_gpu_day: None,
+            ooms_per_gpu_day_by_scenario: BTreeMap::new(),
+        }
+    }
 }
 
 /// A workload near the edge.
@@ -226,6 +251,41 @@ pub struct SiteRank {
     pub max_bytes_held: u64,
 }
 
+/// What a report covers and how it is cut.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportOptions {
+    /// What the groups are keyed by.
+    pub by: GroupBy,
+    /// Window start (epoch ms).
+    pub since_ms: i64,
+    /// Window end (epoch ms, exclusive).
+    pub until_ms: i64,
+    /// Attribution look-back before each failure, ms.
+    pub window_ms: i64,
+    /// Length of the ranked lists.
+    pub top: usize,
+    /// GPU-days a group must have sampled before its OOMs are given as a rate per GPU-day.
+    pub min_gpu_days: f64,
+}
+
+/// The default of [`ReportOptions::min_gpu_days`]: one GPU-day (24 GPU-hours).
+pub const MIN_GPU_DAYS_FOR_RATE: f64 = 1.0;
+
+impl ReportOptions {
+    /// A report of `[since_ms, until_ms)` by `by` with the defaults: a 60 s look-back, lists of 10,
+    /// rates from one GPU-day.
+    pub fn new(by: GroupBy, since_ms: i64, until_ms: i64) -> Self {
+        ReportOptions {
+            by,
+            since_ms,
+            until_ms,
+            window_ms: 60_000,
+            top: 10,
+            min_gpu_days: MIN_GPU_DAYS_FOR_RATE,
+        }
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityReport {
@@ -235,6 +295,10 @@ pub struct CapacityReport {
     pub until_ms: i64,
     /// What the groups are keyed by (`--by`).
     pub by: GroupBy,
+    /// GPU-days a group needs before it gets a rate (`--min-gpu-days`).
+    pub min_gpu_days: f64,
+    /// GPU samples in the window, all groups.
+    pub samples: u64,
     /// Groups, most OOMs first, then by p99.
     pub groups: Vec<Group>,
     /// OOM events in the window.
@@ -289,17 +353,20 @@ fn share(row: &HeadroomRow) -> f64 {
     if row.samples == 0 { 0.0 } else { row.samples_above_90 as f64 / row.samples as f64 }
 }
 
-/// Builds the report for `[since_ms, until_ms)`; `window_ms` is the attribution look-back, `top`
-/// the length of the ranked lists.
+/// GPU-days a headroom row observed: its GPU-seconds with a reading (`samples` counts each GPU
+/// second once), over 86 400. Not GPUs × the span from the first to the last sample: an agent that
+/// was down, or a GPU sampled once a day ago, would otherwise count as a day of data.
+fn gpu_days(row: &HeadroomRow) -> f64 {
+    row.samples as f64 / 86_400.0
+}
+
+/// Builds the report.
 pub async fn build(
     client: &clickhouse::Client,
     db: &str,
-    by: GroupBy,
-    since_ms: i64,
-    until_ms: i64,
-    window_ms: i64,
-    top: usize,
+    opts: &ReportOptions,
 ) -> Result<CapacityReport, CapacityError> {
+    let ReportOptions { by, since_ms, until_ms, window_ms, top, min_gpu_days } = *opts;
     // The two headroom queries run concurrently: each has single-threaded phases on the server.
     let (rows, by_workload) = if by == GroupBy::Workload {
         let rows = headroom(client, db, by, since_ms, until_ms).await?;
@@ -341,22 +408,20 @@ pub async fn build(
     let mut groups: BTreeMap<String, Group> = rows
         .iter()
         .map(|r| {
-            let days = r.gpus as f64 * ((r.last_ts_ms - r.first_ts_ms).max(0) as f64 + 1000.0) / 86_400_000.0;
+            let sampled = r.samples > 0;
+            let value = |v: f64| sampled.then_some(v);
             (
                 r.group_key.clone(),
                 Group {
-                    key: r.group_key.clone(),
                     gpus: r.gpus,
                     samples: r.samples,
-                    p50: q(r, 0),
-                    p95: q(r, 1),
-                    p99: q(r, 2),
-                    max: r.used_max,
-                    above_90_share: share(r),
-                    ooms: 0,
-                    ooms_by_scenario: BTreeMap::new(),
-                    ooms_per_gpu_day: (days > 0.0).then_some(days),
-                    ooms_per_gpu_day_by_scenario: BTreeMap::new(),
+                    gpu_days: gpu_days(r),
+                    p50: value(q(r, 0)),
+                    p95: value(q(r, 1)),
+                    p99: value(q(r, 2)),
+                    max: value(r.used_max),
+                    above_90_share: value(share(r)),
+                    ..Group::unsampled(&r.group_key)
                 },
             )
         })
@@ -368,28 +433,15 @@ pub async fn build(
             scenario_of.get(&(e.cluster.as_str(), e.node.as_str(), e.event_id)).copied().unwrap_or("unknown");
         workload_of.insert((e.cluster.as_str(), e.node.as_str(), e.event_id), e.workload.as_str());
         *fleet.entry(scenario.to_owned()).or_default() += 1;
-        let g = groups.entry(e.key(by).to_owned()).or_insert_with(|| Group {
-            key: e.key(by).to_owned(),
-            gpus: 0,
-            samples: 0,
-            p50: 0.0,
-            p95: 0.0,
-            p99: 0.0,
-            max: 0.0,
-            above_90_share: 0.0,
-            ooms: 0,
-            ooms_by_scenario: BTreeMap::new(),
-            ooms_per_gpu_day: None,
-            ooms_per_gpu_day_by_scenario: BTreeMap::new(),
-        });
+        let g = groups.entry(e.key(by).to_owned()).or_insert_with(|| Group::unsampled(e.key(by)));
         g.ooms += 1;
         *g.ooms_by_scenario.entry(scenario.to_owned()).or_default() += 1;
     }
     let mut groups: Vec<Group> = groups
         .into_values()
         .map(|mut g| {
-            // `ooms_per_gpu_day` held the GPU-days until now.
-            if let Some(days) = g.ooms_per_gpu_day {
+            let days = g.gpu_days;
+            if days > 0.0 && days >= min_gpu_days {
                 g.ooms_per_gpu_day = Some(g.ooms as f64 / days);
                 g.ooms_per_gpu_day_by_scenario =
                     g.ooms_by_scenario.iter().map(|(s, n)| (s.clone(), *n as f64 / days)).collect();
@@ -397,7 +449,8 @@ pub async fn build(
             g
         })
         .collect();
-    groups.sort_by(|a, b| b.ooms.cmp(&a.ooms).then(b.p99.total_cmp(&a.p99)).then(a.key.cmp(&b.key)));
+    let p99 = |g: &Group| g.p99.unwrap_or(-1.0);
+    groups.sort_by(|a, b| b.ooms.cmp(&a.ooms).then(p99(b).total_cmp(&p99(a))).then(a.key.cmp(&b.key)));
 
     let mut edge: Vec<EdgeWorkload> = by_workload
         .iter()
@@ -472,6 +525,8 @@ pub async fn build(
         since_ms,
         until_ms,
         by,
+        min_gpu_days,
+        samples: rows.iter().map(|r| r.samples).sum(),
         ooms: events.len() as u64,
         ooms_by_scenario: fleet,
         groups,
@@ -482,8 +537,17 @@ pub async fn build(
     })
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.1} %", v * 100.0)
+/// A share as `12.3 %`; `–` where there is no data (never a made-up 0.0 %).
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| NO_DATA.to_owned(), |v| format!("{:.1} %", v * 100.0))
+}
+
+/// What a cell shows where there is no data.
+const NO_DATA: &str = "–";
+
+/// A group's OOMs per GPU-day, `–` below the report's threshold.
+fn rate(v: Option<f64>) -> String {
+    v.map_or_else(|| NO_DATA.to_owned(), |r| format!("{r:.3}"))
 }
 
 fn label(key: &str) -> &str {
@@ -491,23 +555,59 @@ fn label(key: &str) -> &str {
 }
 
 impl CapacityReport {
+    /// True when the window holds neither GPU samples nor OOM events.
+    pub fn is_empty(&self) -> bool {
+        self.samples == 0 && self.ooms == 0
+    }
+
+    /// The window in words: `2026-12-01T00:00:00.000Z – 2026-12-02T00:00:00.000Z`.
+    fn window(&self) -> String {
+        format!("{} – {}", format_ms(self.since_ms), format_ms(self.until_ms))
+    }
+
+    /// The empty-window message, naming the window and where to look.
+    pub fn empty_note(&self) -> String {
+        format!(
+            "No GPU samples and no OOM events from {}. Check --since/--until, and that agents report to \
+             this database (`oomlens sql table_counts` counts its rows).",
+            self.window()
+        )
+    }
+
+    /// The note under the groups when some have OOMs but too few GPU-days for a rate.
+    fn rate_note(&self) -> Option<String> {
+        let short = self.groups.iter().filter(|g| g.ooms > 0 && g.ooms_per_gpu_day.is_none()).count();
+        (short > 0).then(|| {
+            format!(
+                "Rates per GPU-day need {} GPU-day(s) sampled in a group (--min-gpu-days); {short} group(s) \
+                 with less show their OOM count only.",
+                self.min_gpu_days
+            )
+        })
+    }
+
     /// The text report.
     pub fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "Capacity {} – {} by {}: {} OOM events ({})",
-            format_ms(self.since_ms),
-            format_ms(self.until_ms),
+            "Capacity {} by {}: {} OOM events ({}), {} GPU samples",
+            self.window(),
             self.by.as_str(),
             self.ooms,
-            scenario_list(&self.ooms_by_scenario)
+            scenario_list(&self.ooms_by_scenario),
+            self.samples
         )?;
+        if self.is_empty() {
+            writeln!(out, "\n{}", self.empty_note())?;
+            return Ok(());
+        }
         writeln!(out)?;
         writeln!(
             out,
-            "  {:<32} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  by scenario",
+            "  {:<32} {:>5} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  by scenario",
             self.by.as_str(),
             "GPUs",
+            "GPU-days",
             "p50",
             "p95",
             "p99",
@@ -519,34 +619,40 @@ impl CapacityReport {
         for g in &self.groups {
             writeln!(
                 out,
-                "  {:<32} {:>5} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  {}",
+                "  {:<32} {:>5} {:>8.2} {:>7} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9}  {}",
                 oomlens_schema::text::ellipsize(label(&g.key), 32),
                 g.gpus,
+                g.gpu_days,
                 pct(g.p50),
                 pct(g.p95),
                 pct(g.p99),
                 pct(g.max),
                 pct(g.above_90_share),
                 g.ooms,
-                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
+                rate(g.ooms_per_gpu_day),
                 scenario_rate_list(&g.ooms_by_scenario, &g.ooms_per_gpu_day_by_scenario)
             )?;
         }
+        if let Some(note) = self.rate_note() {
+            writeln!(out, "  {note}")?;
+        }
         writeln!(out)?;
         writeln!(out, "Workloads closest to the edge (p99 of used/total of the GPUs they led):")?;
+        none_if_empty(out, self.closest_to_edge.is_empty(), "no workload was sampled")?;
         for w in &self.closest_to_edge {
             writeln!(
                 out,
                 "  {:<32} p99 {:>7}  max {:>7}  >=90 % {:>7}  GPUs {}",
                 oomlens_schema::text::ellipsize(&w.workload, 32),
-                pct(w.p99),
-                pct(w.max),
-                pct(w.above_90_share),
+                pct(Some(w.p99)),
+                pct(Some(w.max)),
+                pct(Some(w.above_90_share)),
                 w.gpus
             )?;
         }
         writeln!(out)?;
         writeln!(out, "Most frequent noisy neighbours (top-ranked, growing, before another job's OOM):")?;
+        none_if_empty(out, self.noisy_neighbours.is_empty(), "no OOM had a growing neighbour")?;
         for n in &self.noisy_neighbours {
             writeln!(
                 out,
@@ -558,6 +664,7 @@ impl CapacityReport {
         }
         writeln!(out)?;
         writeln!(out, "Co-scheduling that preceded OOMs (failed job ← neighbour):")?;
+        none_if_empty(out, self.co_scheduling.is_empty(), "no OOM had a named neighbour")?;
         for p in &self.co_scheduling {
             writeln!(
                 out,
@@ -569,9 +676,11 @@ impl CapacityReport {
         }
         writeln!(out)?;
         writeln!(out, "Code holding the most memory at the OOMs (allocator summaries from oomlens_hook):")?;
-        if self.allocation_sites.is_empty() {
-            writeln!(out, "  none: no job sent an allocator summary (oomlens_hook.install() in the job)")?;
-        }
+        none_if_empty(
+            out,
+            self.allocation_sites.is_empty(),
+            "no job sent an allocator summary (oomlens_hook.install() in the job)",
+        )?;
         for s in &self.allocation_sites {
             writeln!(
                 out,
@@ -588,73 +697,131 @@ impl CapacityReport {
         Ok(())
     }
 
-    /// The HTML page: headroom bars per group (p50/p95/p99/max with the 90 % line), OOMs per
-    /// scenario stacked per group, and the ranked lists.
+    /// The HTML page: headroom bars per sampled group (p50/p95/p99/max with the 90 % line, a
+    /// percent axis and a legend), OOMs per scenario stacked per group that had OOMs (a count axis
+    /// and the scenario legend), then the tables and ranked lists; every empty part says why.
     pub fn write_html(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let mut page = html_head(&format!("oomlens capacity by {}", self.by.as_str()));
         let _ = writeln!(
             page,
-            "<p>{} – {}: {} OOM events ({}).</p>",
-            html_escape(&format_ms(self.since_ms)),
-            html_escape(&format_ms(self.until_ms)),
+            "<p>{}: {} OOM events ({}), {} GPU samples.</p>",
+            html_escape(&self.window()),
             self.ooms,
-            html_escape(&scenario_list(&self.ooms_by_scenario))
+            html_escape(&scenario_list(&self.ooms_by_scenario)),
+            self.samples
         );
+        if self.is_empty() {
+            let _ = writeln!(page, "<p class=\"note\">{}</p></body></html>", html_escape(&self.empty_note()));
+            return out.write_all(page.as_bytes());
+        }
         page.push_str("<h2>Headroom (used / total)</h2>");
-        page.push_str(&self.headroom_svg());
+        let sampled: Vec<&Group> = self.groups.iter().filter(|g| g.samples > 0).collect();
+        if sampled.is_empty() {
+            page.push_str("<p class=\"note\">No GPU samples in this window.</p>");
+        } else {
+            page.push_str(&wide(&headroom_svg(&sampled)));
+            page.push_str(&chart::legend(&[
+                (HEADROOM_SHADES[0], Swatch::Fill, "p50".to_owned()),
+                (HEADROOM_SHADES[1], Swatch::Fill, "p95".to_owned()),
+                (HEADROOM_SHADES[2], Swatch::Fill, "p99".to_owned()),
+                (HEADROOM_SHADES[3], Swatch::Fill, "max".to_owned()),
+                ("#d62728", Swatch::Dashed, "90 % of the GPU".to_owned()),
+            ]));
+        }
+        let unsampled = self.groups.len() - sampled.len();
+        if unsampled > 0 {
+            let _ = writeln!(
+                page,
+                "<p class=\"note\">{unsampled} group(s) seen only in OOM events (no GPU samples) are not charted.</p>"
+            );
+        }
         page.push_str("<h2>OOMs per scenario</h2>");
-        page.push_str(&self.ooms_svg());
-        page.push_str("<h2>Groups</h2><table><tr><th>group</th><th>GPUs</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>&ge;90 %</th><th>OOMs</th><th>per GPU-day</th><th>by scenario</th></tr>");
+        let failing: Vec<&Group> = self.groups.iter().filter(|g| g.ooms > 0).collect();
+        if failing.is_empty() {
+            page.push_str("<p class=\"note\">No OOM event in this window.</p>");
+        } else {
+            let scenarios: Vec<&str> = self.ooms_by_scenario.keys().map(String::as_str).collect();
+            page.push_str(&wide(&ooms_svg(&failing, &scenarios)));
+            let entries: Vec<(&str, Swatch, String)> = scenarios
+                .iter()
+                .map(|s| {
+                    (chart::scenario_colour(s), Swatch::Fill, format!("{s} ({})", self.ooms_by_scenario[*s]))
+                })
+                .collect();
+            page.push_str(&chart::legend(&entries));
+        }
+        let mut table = String::from(
+            "<table><tr><th>group</th><th>GPUs</th><th>GPU-days</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>&ge;90 %</th><th>OOMs</th><th>per GPU-day</th><th>by scenario</th></tr>",
+        );
         for g in &self.groups {
             let _ = write!(
-                page,
-                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                table,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 html_escape(label(&g.key)),
                 g.gpus,
+                g.gpu_days,
                 pct(g.p50),
                 pct(g.p95),
                 pct(g.p99),
                 pct(g.max),
                 pct(g.above_90_share),
                 g.ooms,
-                g.ooms_per_gpu_day.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}")),
+                rate(g.ooms_per_gpu_day),
                 html_escape(&scenario_rate_list(&g.ooms_by_scenario, &g.ooms_per_gpu_day_by_scenario))
             );
         }
-        page.push_str("</table>\n<h2>Closest to the edge</h2><ul>");
-        for w in &self.closest_to_edge {
-            let _ = write!(
-                page,
-                "<li>{} — p99 {}, max {}</li>",
-                html_escape(&w.workload),
-                pct(w.p99),
-                pct(w.max)
-            );
+        table.push_str("</table>");
+        page.push_str("<h2>Groups</h2>");
+        page.push_str(&wide(&table));
+        if let Some(note) = self.rate_note() {
+            let _ = writeln!(page, "<p class=\"note\">{}</p>", html_escape(&note));
         }
-        page.push_str("</ul><h2>Noisy neighbours</h2><ul>");
-        for n in &self.noisy_neighbours {
-            let _ = write!(page, "<li>{} — {} OOMs</li>", html_escape(&n.workload), n.events);
-        }
-        page.push_str("</ul><h2>Co-scheduling before OOMs</h2><ul>");
-        for p in &self.co_scheduling {
-            let _ = write!(
-                page,
-                "<li>{} ← {} — {} OOMs</li>",
-                html_escape(&p.failed),
-                html_escape(&p.neighbour),
-                p.events
-            );
-        }
-        page.push_str("</ul><h2>Code holding the most memory at the OOMs</h2>");
+        let list = |title: &str, items: Vec<String>, why: &str| {
+            let mut html = format!("<h2>{}</h2>", html_escape(title));
+            if items.is_empty() {
+                let _ = write!(html, "<p class=\"note\">None in this window: {}.</p>", html_escape(why));
+            } else {
+                html.push_str("<ul>");
+                for i in items {
+                    let _ = write!(html, "<li>{}</li>", html_escape(&i));
+                }
+                html.push_str("</ul>");
+            }
+            html
+        };
+        page.push_str(&list(
+            "Closest to the edge",
+            self.closest_to_edge
+                .iter()
+                .map(|w| format!("{} — p99 {}, max {}", w.workload, pct(Some(w.p99)), pct(Some(w.max))))
+                .collect(),
+            "no workload was sampled",
+        ));
+        page.push_str(&list(
+            "Noisy neighbours",
+            self.noisy_neighbours.iter().map(|n| format!("{} — {} OOMs", n.workload, n.events)).collect(),
+            "no OOM had a growing neighbour",
+        ));
+        page.push_str(&list(
+            "Co-scheduling before OOMs",
+            self.co_scheduling
+                .iter()
+                .map(|p| format!("{} ← {} — {} OOMs", p.failed, p.neighbour, p.events))
+                .collect(),
+            "no OOM had a named neighbour",
+        ));
+        page.push_str("<h2>Code holding the most memory at the OOMs</h2>");
         if self.allocation_sites.is_empty() {
             page.push_str(
-                "<p>No job sent an allocator summary (<code>oomlens_hook.install()</code> in the job).</p>",
+                "<p class=\"note\">None in this window: no job sent an allocator summary (<code>oomlens_hook.install()</code> in the job).</p>",
             );
         } else {
-            page.push_str("<table><tr><th>site</th><th>function (phase)</th><th>OOMs</th><th>% of all</th><th>% with a summary</th><th>workloads</th><th>max held</th></tr>");
+            let mut table = String::from(
+                "<table><tr><th>site</th><th>function (phase)</th><th>OOMs</th><th>% of all</th><th>% with a summary</th><th>workloads</th><th>max held</th></tr>",
+            );
             for s in &self.allocation_sites {
                 let _ = write!(
-                    page,
+                    table,
                     "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                     html_escape(&s.site),
                     html_escape(&site_role(s)),
@@ -665,96 +832,113 @@ impl CapacityReport {
                     html_escape(&crate::render::human_bytes(Some(s.max_bytes_held)))
                 );
             }
-            page.push_str("</table>");
+            table.push_str("</table>");
+            page.push_str(&wide(&table));
         }
         page.push_str("</body></html>\n");
         out.write_all(page.as_bytes())
     }
+}
 
-    fn headroom_svg(&self) -> String {
-        let (row_h, left, width) = (22.0_f64, 220.0_f64, 760.0_f64);
-        let h = row_h * self.groups.len() as f64 + 30.0;
-        let x = |v: f64| left + v.clamp(0.0, 1.0) * (width - left - 10.0);
-        let mut svg = format!(
-            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {h}" width="{width}" height="{h}">"#
-        );
-        for (i, g) in self.groups.iter().enumerate() {
-            let y = 10.0 + i as f64 * row_h;
-            let _ = write!(
-                svg,
-                r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#dbe7f3"><title>max {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#9ebfe0"><title>p99 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#6a9ccc"><title>p95 {}</title></rect><rect x="{left}" y="{y:.1}" width="{:.1}" height="16" fill="#4e79a7"><title>p50 {}</title></rect>"##,
-                left - 6.0,
-                y + 12.0,
-                html_escape(&oomlens_schema::text::ellipsize(label(&g.key), 34)),
-                x(g.max) - left,
-                pct(g.max),
-                x(g.p99) - left,
-                pct(g.p99),
-                x(g.p95) - left,
-                pct(g.p95),
-                x(g.p50) - left,
-                pct(g.p50)
-            );
-        }
-        let x90 = x(0.9);
+/// The headroom bars' shades: p50, p95, p99, max (darkest first, drawn on top).
+const HEADROOM_SHADES: [&str; 4] = ["#2f5d8a", "#5b8dc4", "#9ebfe0", "#dbe7f3"];
+
+/// Geometry of the horizontal bar charts: row height, label column, width, axis band.
+const BAR_ROW: f64 = 22.0;
+const BAR_LEFT: f64 = 220.0;
+const BAR_WIDTH: f64 = 760.0;
+const BAR_AXIS: f64 = 24.0;
+
+/// The start of a horizontal bar chart of `rows` rows, with the group labels and the value axis
+/// (gridlines and tick labels at the bottom); returns the SVG so far and the x of a value.
+fn bar_chart(rows: &[&Group], axis: &chart::Axis) -> (String, impl Fn(f64) -> f64 + use<>) {
+    let h = BAR_ROW * rows.len() as f64 + 10.0 + BAR_AXIS;
+    let plot_w = BAR_WIDTH - BAR_LEFT - 20.0;
+    let max = axis.max;
+    let x = move |v: f64| BAR_LEFT + (v / max).clamp(0.0, 1.0) * plot_w;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {BAR_WIDTH} {h}" width="{BAR_WIDTH}" height="{h}" role="img">"#
+    );
+    let plot_bottom = 5.0 + BAR_ROW * rows.len() as f64;
+    for (v, label) in &axis.ticks {
+        let tx = x(*v);
         let _ = write!(
             svg,
-            r##"<line x1="{x90:.1}" y1="5" x2="{x90:.1}" y2="{:.1}" stroke="#d62728" stroke-dasharray="4 3"/><text x="{x90:.1}" y="{:.1}" font-size="11" fill="#d62728" text-anchor="middle">90 %</text></svg>"##,
-            h - 16.0,
-            h - 4.0
+            r##"<line x1="{tx:.1}" y1="5" x2="{tx:.1}" y2="{plot_bottom:.1}" stroke="#e4e4e4"/><text x="{tx:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##,
+            plot_bottom + 15.0,
+            html_escape(label)
         );
-        svg
     }
+    for (i, g) in rows.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"#,
+            BAR_LEFT - 6.0,
+            10.0 + i as f64 * BAR_ROW + 12.0,
+            html_escape(&oomlens_schema::text::ellipsize(label(&g.key), 34))
+        );
+    }
+    (svg, x)
+}
 
-    fn ooms_svg(&self) -> String {
-        let (row_h, left, width) = (22.0_f64, 220.0_f64, 760.0_f64);
-        let scenarios: Vec<&String> = self.ooms_by_scenario.keys().collect();
-        let most = self.groups.iter().map(|g| g.ooms).max().unwrap_or(0).max(1) as f64;
-        let h = row_h * self.groups.len() as f64 + 34.0;
-        let mut svg = format!(
-            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {h}" width="{width}" height="{h}">"#
-        );
-        for (i, g) in self.groups.iter().enumerate() {
-            let y = 10.0 + i as f64 * row_h;
+/// Headroom bars of the sampled groups: max, p99, p95, p50 drawn over each other, the 90 % line.
+fn headroom_svg(rows: &[&Group]) -> String {
+    let axis = chart::percent_axis();
+    let (mut svg, x) = bar_chart(rows, &axis);
+    for (i, g) in rows.iter().enumerate() {
+        let y = 10.0 + i as f64 * BAR_ROW;
+        for (shade, name, v) in [(3, "max", g.max), (2, "p99", g.p99), (1, "p95", g.p95), (0, "p50", g.p50)] {
+            let v = v.unwrap_or(0.0);
             let _ = write!(
                 svg,
-                r#"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"#,
-                left - 6.0,
-                y + 12.0,
-                html_escape(&oomlens_schema::text::ellipsize(label(&g.key), 34))
+                r#"<rect x="{BAR_LEFT}" y="{y:.1}" width="{:.1}" height="16" fill="{}"><title>{} {name} {}</title></rect>"#,
+                x(v) - BAR_LEFT,
+                HEADROOM_SHADES[shade],
+                html_escape(label(&g.key)),
+                pct(Some(v))
             );
-            let mut x0 = left;
-            for (j, s) in scenarios.iter().enumerate() {
-                let n = g.ooms_by_scenario.get(*s).copied().unwrap_or(0);
-                if n == 0 {
-                    continue;
-                }
-                let w = n as f64 / most * (width - left - 10.0);
-                let _ = write!(
-                    svg,
-                    r#"<rect x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="16" fill="{}"><title>{} {n}</title></rect>"#,
-                    PALETTE[j % PALETTE.len()],
-                    html_escape(s)
-                );
-                x0 += w;
-            }
         }
-        let mut lx = left;
-        for (j, s) in scenarios.iter().enumerate() {
-            let _ = write!(
-                svg,
-                r#"<rect x="{lx:.1}" y="{:.1}" width="10" height="10" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
-                h - 16.0,
-                PALETTE[j % PALETTE.len()],
-                lx + 14.0,
-                h - 7.0,
-                html_escape(s)
-            );
-            lx += 100.0;
-        }
-        svg.push_str("</svg>");
-        svg
     }
+    let x90 = x(0.9);
+    let _ = write!(
+        svg,
+        r##"<line x1="{x90:.1}" y1="5" x2="{x90:.1}" y2="{:.1}" stroke="#d62728" stroke-width="2" stroke-dasharray="4 3"/></svg>"##,
+        5.0 + BAR_ROW * rows.len() as f64
+    );
+    svg
+}
+
+/// OOMs per scenario stacked per group (groups with OOMs only), on a count axis.
+fn ooms_svg(rows: &[&Group], scenarios: &[&str]) -> String {
+    let most = rows.iter().map(|g| g.ooms).max().unwrap_or(0) as f64;
+    let axis = chart::count_axis(most, 5);
+    let (mut svg, x) = bar_chart(rows, &axis);
+    for (i, g) in rows.iter().enumerate() {
+        let y = 10.0 + i as f64 * BAR_ROW;
+        let mut done = 0.0;
+        for s in scenarios {
+            let n = g.ooms_by_scenario.get(*s).copied().unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            let (x0, x1) = (x(done), x(done + n as f64));
+            let _ = write!(
+                svg,
+                r#"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="16" fill="{}"><title>{} {s}: {n}</title></rect>"#,
+                x1 - x0,
+                chart::scenario_colour(s),
+                html_escape(label(&g.key))
+            );
+            done += n as f64;
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// `  none in this window: <why>` under a heading whose list is empty.
+fn none_if_empty(out: &mut dyn Write, empty: bool, why: &str) -> std::io::Result<()> {
+    if empty { writeln!(out, "  none in this window: {why}") } else { Ok(()) }
 }
 
 /// A site's function with its phase: `forward (forward)`, `from_pretrained (load)`.

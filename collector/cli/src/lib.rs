@@ -8,9 +8,11 @@
 //! * [`report`] — `oomlens sql` and the tables of events and row counts.
 //! * [`demo`] — `oomlens demo` and the fleet run behind `oomlens accuracy`.
 //! * [`render`] — what the reports share: sizes for people, HTML escaping and page head, colours.
+//! * [`chart`] — the SVG charts' axes, ticks, page-wide colours and legends.
 //! * [`timearg`] — `--since` / `--until` / `--at`: durations, RFC 3339, epoch milliseconds.
 
 pub mod capacity;
+pub mod chart;
 pub mod demo;
 pub mod explain;
 pub mod postmortem;

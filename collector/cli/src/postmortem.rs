@@ -14,7 +14,8 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::render::{PALETTE, html_escape, html_head, human_bytes};
+use crate::chart::{self, Colours, Swatch};
+use crate::render::{html_escape, html_head, human_bytes, wide};
 use crate::timearg::format_ms;
 use oomlens_collector::analysis::queries::{self, ParamValue};
 use oomlens_collector::analysis::{self, AttributionError, EventJson, ExplainedEvent};
@@ -75,6 +76,57 @@ impl Selection {
             ParamValue::UInt(self.max_events),
         ]
     }
+
+    /// The filter and window in words, for "no OOM event matched …" and "showing N of M":
+    /// `node=gpu-7, GPU 3 from 2026-12-01T00:00:00.000Z to 2026-12-02T00:00:00.000Z`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(id) = self.event_id {
+            parts.push(format!("event {id}"));
+        }
+        for (name, value) in
+            [("cluster", &self.cluster), ("node", &self.node), ("job", &self.workload), ("pod", &self.pod)]
+        {
+            if let Some(v) = value {
+                parts.push(format!("{name}={v}"));
+            }
+        }
+        if let Some(g) = self.gpu_index {
+            parts.push(format!("GPU {g}"));
+        }
+        let filter = if parts.is_empty() { "any node".to_owned() } else { parts.join(", ") };
+        let since = if self.since_ms <= 0 { "the first event".to_owned() } else { format_ms(self.since_ms) };
+        format!("{filter} from {since} to {}", format_ms(self.until_ms))
+    }
+}
+
+/// The events of a selection: the newest `max_events`, and how many matched in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    /// Newest first, at most `max_events`.
+    pub events: Vec<EventRef>,
+    /// Distinct events matching the filters (≥ `events.len()`).
+    pub matched: u64,
+}
+
+impl Found {
+    /// `None` when every matched event is shown, else `showing the newest N of M OOM events
+    /// matching …; --max-events raises the limit`.
+    pub fn cut_note(&self, sel: &Selection) -> Option<String> {
+        let shown = self.events.len() as u64;
+        (self.matched > shown).then(|| {
+            format!(
+                "showing the newest {shown} of {} OOM events matching {}; --max-events raises the limit",
+                self.matched,
+                sel.describe()
+            )
+        })
+    }
+
+    /// `no OOM event matched <filter and window>`.
+    pub fn none_note(sel: &Selection) -> String {
+        format!("no OOM event matched {}", sel.describe())
+    }
 }
 
 /// One row of `postmortem_events`.
@@ -111,13 +163,25 @@ impl EventRef {
     }
 }
 
-/// The events of `sel`, newest first.
+/// The events of `sel`, newest first, and how many matched (counted only when the limit cut).
 pub async fn find_events(
     client: &clickhouse::Client,
     db: &str,
     sel: &Selection,
-) -> Result<Vec<EventRef>, PostmortemError> {
-    Ok(queries::builtin("postmortem_events")?.bind(client, db, &sel.args())?.fetch_all::<EventRef>().await?)
+) -> Result<Found, PostmortemError> {
+    let args = sel.args();
+    let events =
+        queries::builtin("postmortem_events")?.bind(client, db, &args)?.fetch_all::<EventRef>().await?;
+    let shown = events.len() as u64;
+    let matched = if shown < sel.max_events {
+        shown
+    } else {
+        let filters = &args[..args.len() - 1];
+        let n =
+            queries::builtin("postmortem_event_count")?.bind(client, db, filters)?.fetch_one::<u64>().await?;
+        n.max(shown)
+    };
+    Ok(Found { events, matched })
 }
 
 /// One bucket of a process's curve.
@@ -542,11 +606,19 @@ fn signed_bytes(v: i64) -> String {
     format!("{sign}{}", human_bytes(Some(v.unsigned_abs())))
 }
 
-/// The stacked-area SVG of a curve: memory per process stacked over time, the GPU total (dashed),
-/// the capacity line (red) and the OOM marked at the right edge.
-pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
-    let (w, h, left, bottom) = (760.0_f64, 260.0_f64, 70.0_f64, 24.0_f64);
-    let span = (curve.until_ms - curve.since_ms).max(1) as f64;
+/// A process's key for [`Colours`]: its workload, else its pid (the same process keeps its colour
+/// in every chart of a page).
+fn process_key(pid: u32, workload: &str) -> String {
+    if workload.is_empty() { format!("pid {pid}") } else { workload.to_owned() }
+}
+
+/// The stacked-area SVG of a curve: memory per process stacked over time (colours from `colours`,
+/// shared by the page), the GPU's used memory (dashed), the capacity line (red), the OOM at the
+/// right edge, a byte axis and a time axis counting back from the failure.
+pub fn curve_svg(curve: &Curve, capacity: Option<u64>, colours: &mut Colours) -> String {
+    // Plot area: left margin for the byte labels, top for the OOM label, bottom for the time axis.
+    let (w, h, left, right, top_m, bottom) = (760.0_f64, 300.0_f64, 72.0_f64, 16.0_f64, 24.0_f64, 40.0_f64);
+    let span = (curve.until_ms - curve.since_ms).max(1);
     let mut times: Vec<i64> = curve
         .processes
         .iter()
@@ -566,26 +638,65 @@ pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
         })
         .max()
         .unwrap_or(0);
-    let top = stack_top
+    let data_top = stack_top
         .max(capacity.unwrap_or(0))
         .max(curve.gpu.iter().map(|p| p.used_bytes).max().unwrap_or(0))
-        .max(1) as f64
-        * 1.05;
-    let x = |t: i64| left + ((t.max(curve.since_ms) - curve.since_ms) as f64 / span) * (w - left - 10.0);
-    let y = |v: f64| (h - bottom) - v / top * (h - bottom - 10.0);
+        .max(1) as f64;
+    let y_axis = chart::byte_axis(data_top, 5);
+    let x_axis = chart::time_before_axis(span, 6);
+    let plot_w = w - left - right;
+    let plot_h = h - top_m - bottom;
+    let x = |t: i64| {
+        left + ((t.clamp(curve.since_ms, curve.until_ms) - curve.since_ms) as f64 / span as f64) * plot_w
+    };
+    let y = |v: f64| top_m + plot_h - v / y_axis.max * plot_h;
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="GPU memory before the OOM">"#
     );
     let _ = write!(
         svg,
-        r##"<rect x="{left}" y="10" width="{}" height="{}" fill="#fafafa" stroke="#ccc"/>"##,
-        w - left - 10.0,
-        h - bottom - 10.0
+        r##"<rect x="{left}" y="{top_m}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>"##
+    );
+    for (v, label) in &y_axis.ticks {
+        let ty = y(*v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e4e4e4"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+            left + plot_w,
+            left - 6.0,
+            ty + 4.0,
+            html_escape(label)
+        );
+    }
+    for (v, label) in &x_axis.ticks {
+        let tx = left + v / x_axis.max * plot_w;
+        let anchor = if *v <= 0.0 {
+            "start"
+        } else if *v >= x_axis.max {
+            "end"
+        } else {
+            "middle"
+        };
+        let _ = write!(
+            svg,
+            r##"<line x1="{tx:.1}" y1="{:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#999"/><text x="{tx:.1}" y="{:.1}" font-size="11" text-anchor="{anchor}">{}</text>"##,
+            top_m + plot_h,
+            top_m + plot_h + 4.0,
+            top_m + plot_h + 16.0,
+            html_escape(label)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" fill="#555">time before the OOM (ends {})</text>"##,
+        left + plot_w / 2.0,
+        h - 6.0,
+        html_escape(&format_ms(curve.until_ms))
     );
     let mut base: Vec<f64> = vec![0.0; times.len()];
-    for (i, s) in curve.processes.iter().enumerate() {
+    for s in &curve.processes {
         let vals: Vec<f64> =
             times.iter().map(|t| s.points.iter().find(|p| p.0 == *t).map_or(0.0, |p| p.1 as f64)).collect();
         let mut upper = String::new();
@@ -599,7 +710,7 @@ pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
         let _ = write!(
             svg,
             r#"<polygon points="{upper}{lower}" fill="{}" fill-opacity="0.75"><title>pid {} {}</title></polygon>"#,
-            PALETTE[i % PALETTE.len()],
+            colours.of(&process_key(s.pid, &s.workload)),
             s.pid,
             html_escape(&s.workload)
         );
@@ -620,47 +731,84 @@ pub fn curve_svg(curve: &Curve, capacity: Option<u64>) -> String {
     }
     if let Some(cap) = capacity {
         let cy = y(cap as f64);
+        // Its label sits at the left end, inside the plot: the OOM label is at the right end, above.
         let _ = write!(
             svg,
-            r##"<line x1="{left}" y1="{cy:.1}" x2="{}" y2="{cy:.1}" stroke="#d62728" stroke-width="2"/><text x="{}" y="{:.1}" font-size="11" fill="#d62728" text-anchor="end">capacity {}</text>"##,
-            w - 10.0,
-            w - 14.0,
-            cy - 4.0,
+            r##"<line x1="{left}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="#d62728" stroke-width="2"/><text x="{:.1}" y="{:.1}" font-size="11" fill="#d62728" stroke="#fafafa" stroke-width="3" paint-order="stroke">capacity {}</text>"##,
+            left + plot_w,
+            left + 6.0,
+            cy - 5.0,
             html_escape(&human_bytes(Some(cap)))
         );
     }
     let ox = x(curve.until_ms);
     let _ = write!(
         svg,
-        r##"<line x1="{ox:.1}" y1="10" x2="{ox:.1}" y2="{}" stroke="#d62728" stroke-width="2" stroke-dasharray="2 2"/><text x="{:.1}" y="22" font-size="12" fill="#d62728" text-anchor="end">OOM</text>"##,
-        h - bottom,
-        ox - 4.0
-    );
-    let _ = write!(
-        svg,
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">0</text>"##,
-        left - 4.0,
-        y(top / 1.05) + 4.0,
-        html_escape(&human_bytes(Some((top / 1.05) as u64))),
-        left - 4.0,
-        h - bottom
-    );
-    let _ = write!(
-        svg,
-        r##"<text x="{left}" y="{}" font-size="11">-{} s</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"##,
-        h - 6.0,
-        (curve.until_ms - curve.since_ms) / 1000,
-        w - 10.0,
-        h - 6.0,
+        r##"<line x1="{ox:.1}" y1="{top_m}" x2="{ox:.1}" y2="{:.1}" stroke="#d62728" stroke-width="2" stroke-dasharray="2 2"/><text x="{ox:.1}" y="{:.1}" font-size="12" fill="#d62728" text-anchor="end">OOM {}</text>"##,
+        top_m + plot_h,
+        top_m - 8.0,
         html_escape(&format_ms(curve.until_ms))
     );
     svg.push_str("</svg>");
     svg
 }
 
-/// Writes the postmortems as one self-contained HTML page.
-pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()> {
+/// The legend under a curve: each process in its page colour, the GPU's used memory, the
+/// capacity and the OOM.
+fn curve_legend(
+    curve: &Curve,
+    capacity: Option<u64>,
+    failing_pid: Option<u32>,
+    colours: &mut Colours,
+) -> String {
+    let mut entries: Vec<(&str, Swatch, String)> = curve
+        .processes
+        .iter()
+        .map(|s| {
+            let who = if s.workload.is_empty() { s.name.clone() } else { s.workload.clone() };
+            let failing = if Some(s.pid) == failing_pid { " (failed)" } else { "" };
+            (
+                colours.of(&process_key(s.pid, &s.workload)),
+                Swatch::Fill,
+                format!("pid {} {who}{failing}", s.pid),
+            )
+        })
+        .collect();
+    if !curve.gpu.is_empty() {
+        entries.push(("#333", Swatch::Dashed, "GPU used (all processes)".to_owned()));
+    }
+    if let Some(cap) = capacity {
+        entries.push(("#d62728", Swatch::Line, format!("capacity {}", human_bytes(Some(cap)))));
+    }
+    entries.push(("#d62728", Swatch::Dashed, "the OOM".to_owned()));
+    chart::legend(&entries)
+}
+
+/// Writes the postmortems as one self-contained HTML page: `heading` (the selection in words, or
+/// "showing N of M …"), an index when there is more than one event, then one section per event.
+pub fn write_html(pms: &[Postmortem], heading: &str, out: &mut dyn Write) -> std::io::Result<()> {
     let mut page = html_head("oomlens postmortem");
+    let _ = writeln!(page, "<p class=\"note\">{}</p>", html_escape(heading));
+    if pms.len() > 1 {
+        page.push_str("<nav><h2>Events</h2><ol>");
+        for pm in pms {
+            let j = pm.to_json().event;
+            let _ = write!(
+                page,
+                "<li><a href=\"#event-{}\">OOM {}</a> — {} — {}/{} GPU {} — <b>{}</b> ({:.0} %)</li>",
+                j.event_id,
+                j.event_id,
+                html_escape(&j.time),
+                html_escape(&j.cluster),
+                html_escape(&j.node),
+                j.gpu_index.map_or_else(|| "-".to_owned(), |g| g.to_string()),
+                html_escape(&j.scenario),
+                j.confidence * 100.0
+            );
+        }
+        page.push_str("</ol></nav>\n");
+    }
+    let mut colours = Colours::default();
     for pm in pms {
         let doc = pm.to_json();
         let j = &doc.event;
@@ -683,18 +831,14 @@ pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()
             html_escape(&j.phase_source),
         );
         if let Some(curve) = &pm.curve {
-            page.push_str(&curve_svg(curve, pm.capacity()));
-            page.push_str("\n<p>");
-            for (i, s) in curve.processes.iter().enumerate() {
-                let _ = write!(
-                    page,
-                    "<span style=\"color:{}\">■</span> pid {} {} &nbsp; ",
-                    PALETTE[i % PALETTE.len()],
-                    s.pid,
-                    html_escape(&s.workload)
-                );
+            // The failing process takes its colour first, so it is the same in every chart.
+            if let Some(pid) = j.pid {
+                colours.of(&process_key(pid, &j.workload));
             }
-            page.push_str("<span>- - GPU used</span></p>\n");
+            page.push_str(&wide(&curve_svg(curve, pm.capacity(), &mut colours)));
+            page.push_str(&curve_legend(curve, pm.capacity(), j.pid, &mut colours));
+        } else {
+            page.push_str("<p class=\"note\">No GPU samples before this failure: no memory curve.</p>\n");
         }
         page.push_str("<h3>Evidence</h3><ul>");
         for e in &j.evidence {
@@ -712,12 +856,12 @@ pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()
             let _ = writeln!(page, "<p>Missing: {}</p>", html_escape(&j.missing.join(", ")));
         }
         if !doc.neighbours.is_empty() {
-            page.push_str(
+            let mut table = String::from(
                 "<h3>Neighbours</h3><table><tr><th>pid</th><th>workload</th><th>GPU</th><th>used</th><th>peak</th><th>growth</th></tr>",
             );
             for n in &doc.neighbours {
                 let _ = write!(
-                    page,
+                    table,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                     n.pid,
                     html_escape(&n.workload),
@@ -727,12 +871,13 @@ pub fn write_html(pms: &[Postmortem], out: &mut dyn Write) -> std::io::Result<()
                     html_escape(&signed_bytes(n.growth_bytes))
                 );
             }
-            page.push_str("</table>\n");
+            table.push_str("</table>");
+            page.push_str(&wide(&table));
         }
         let _ = writeln!(page, "<h3>Remedy</h3><p>{}</p></section>", html_escape(&j.remedy));
     }
     if pms.is_empty() {
-        page.push_str("<p>No OOM event matched.</p>\n");
+        page.push_str("<p>Nothing to show: no OOM event matched this selection.</p>\n");
     }
     page.push_str("</body></html>\n");
     out.write_all(page.as_bytes())
@@ -782,10 +927,13 @@ mod tests {
 
     #[test]
     fn svg_is_self_contained_and_escaped() {
-        let svg = curve_svg(&curve(), Some(100));
+        let svg = curve_svg(&curve(), Some(100), &mut Colours::default());
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
         assert!(svg.contains("a&lt;b&gt;") && !svg.contains("a<b>"));
         assert!(svg.contains(">OOM<") && svg.contains("capacity 100 B"));
+        // Ticks on both axes, with units.
+        assert!(svg.contains(">−1 min<") && svg.contains(">−30 s<"), "{svg}");
+        assert!(svg.contains(">0 B<") && svg.contains(">100 B<"), "{svg}");
         assert!(!svg.contains("http://") || svg.matches("http://").count() == 1, "only the SVG namespace");
     }
 
@@ -821,5 +969,50 @@ mod tests {
         );
         assert_eq!(sel.args()[5], ParamValue::Int(3));
         assert_eq!(sel.args()[2], ParamValue::UInt(0));
+        // The count takes the same filters, without the limit.
+        let count = queries::get("postmortem_event_count").expect("postmortem_event_count");
+        assert!(count.check_args(&sel.args()[..8]).is_ok());
+        let count_names: Vec<&str> = count.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(count_names, names[..8]);
+    }
+
+    #[test]
+    fn notes_repeat_the_filter_and_the_window() {
+        let sel = Selection {
+            since_ms: 1_764_547_200_000,
+            until_ms: 1_764_633_600_000,
+            event_id: None,
+            cluster: None,
+            node: Some("gpu-7".into()),
+            gpu_index: Some(3),
+            workload: Some("train".into()),
+            pod: None,
+            max_events: 20,
+        };
+        assert_eq!(
+            Found::none_note(&sel),
+            "no OOM event matched node=gpu-7, job=train, GPU 3 from 2025-12-01T00:00:00.000Z to 2025-12-02T00:00:00.000Z"
+        );
+        let event = EventRef {
+            event_id: 1,
+            ts_ms: 0,
+            cluster: String::new(),
+            node: String::new(),
+            gpu_index: None,
+            pid: None,
+            workload: String::new(),
+            kind: String::new(),
+            pod: String::new(),
+            label_keys: vec![],
+            label_values: vec![],
+        };
+        let found = Found { events: vec![event; 20], matched: 29 };
+        let note = found.cut_note(&sel).unwrap();
+        assert!(note.starts_with("showing the newest 20 of 29 OOM events matching node=gpu-7"), "{note}");
+        assert_eq!(Found { matched: 20, ..found }.cut_note(&sel), None);
+        let all = Selection { node: None, gpu_index: None, workload: None, since_ms: 0, ..sel };
+        assert!(
+            Found::none_note(&all).starts_with("no OOM event matched any node from the first event to 2025-")
+        );
     }
 }

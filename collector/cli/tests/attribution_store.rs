@@ -90,8 +90,16 @@ async fn stored_and_live_attributions_are_identical() {
     step!(t0, "fixtures loaded ({distinct} events)");
 
     let all = FeatureWindow::ALL;
-    let capacity_live =
-        capacity::build(db, "oomlens", GroupBy::Node, 0, i64::MAX, all.window_ms, 10).await.unwrap();
+    let capacity_live = capacity::build(
+        db,
+        "oomlens",
+        &capacity::ReportOptions {
+            window_ms: all.window_ms,
+            ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
+        },
+    )
+    .await
+    .unwrap();
     // Nothing stored: everything is computed live.
     let read = assert_same_as_live(db, &all, "nothing stored").await;
     assert_eq!((read.stored, read.live), (0, distinct));
@@ -114,8 +122,16 @@ async fn stored_and_live_attributions_are_identical() {
 
     let read = assert_same_as_live(db, &all, "all stored").await;
     assert_eq!((read.stored, read.live), (distinct, 0));
-    let capacity_stored =
-        capacity::build(db, "oomlens", GroupBy::Node, 0, i64::MAX, all.window_ms, 10).await.unwrap();
+    let capacity_stored = capacity::build(
+        db,
+        "oomlens",
+        &capacity::ReportOptions {
+            window_ms: all.window_ms,
+            ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(capacity_stored, capacity_live, "the capacity report reads the stored neighbours");
     assert!(!capacity_stored.co_scheduling.is_empty(), "the fixtures have co-scheduled workloads");
 
@@ -217,7 +233,16 @@ async fn stored_and_live_attributions_are_identical() {
     let read = assert_same_as_live(db, &all, "half stored").await;
     assert_eq!((read.stored, read.live), (half.attributed, distinct - half.attributed));
     assert_eq!(
-        capacity::build(db, "oomlens", GroupBy::Node, 0, i64::MAX, all.window_ms, 10).await.unwrap(),
+        capacity::build(
+            db,
+            "oomlens",
+            &capacity::ReportOptions {
+                window_ms: all.window_ms,
+                ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
+            }
+        )
+        .await
+        .unwrap(),
         capacity_live
     );
     step!(t0, "stored, partly stored and live answers agree");

@@ -65,7 +65,8 @@ async fn capacity_report_numbers() {
     insert_sql_fixtures(&ch, &FIXTURE_TABLES, 2).await;
     let url = server.url();
 
-    let (rc, out, err) = report(&url, &["--since", "0", "--by", "node", "--json"]);
+    // Rates from any sampled time (the default asks for a GPU-day; see below).
+    let (rc, out, err) = report(&url, &["--since", "0", "--by", "node", "--json", "--min-gpu-days", "0"]);
     assert_eq!(rc, 0, "{err}");
     let doc: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(doc["by"], "node");
@@ -121,7 +122,16 @@ async fn capacity_report_numbers() {
         let want: BTreeMap<String, u64> =
             scen.iter().filter(|((n, _), _)| n == node).map(|((_, s), c)| (s.clone(), *c)).collect();
         assert_eq!(by, want, "{node}");
-        if let Some(rate) = g["ooms_per_gpu_day"].as_f64() {
+        if g["samples"].as_u64() == Some(0) {
+            // Seen only in events: no headroom figures at all, not 0 %.
+            assert!(
+                g["p50"].is_null() && g["max"].is_null() && g["ooms_per_gpu_day"].is_null(),
+                "{node}: {g}"
+            );
+        } else {
+            let rate = g["ooms_per_gpu_day"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{node}: a rate with --min-gpu-days 0: {g}"));
             assert!(rate > 0.0);
             // Per scenario: the same GPU-days, so the rates are proportional to the counts and
             // add up to the group's rate.
@@ -261,4 +271,78 @@ async fn capacity_report_numbers() {
     let (rc, _, err) = report(&url, &["--since", "0", "--by", "rack"]);
     assert_ne!(rc, 0);
     assert!(err.contains("unknown grouping"), "{err}");
+}
+
+/// What the report claims is backed by the data: rates only from enough sampled GPU-time (the
+/// fixtures hold minutes, so by default only counts), `–` rather than 0 % where a group has no
+/// samples, reversed windows refused, and an empty window says so, naming the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_report_says_only_what_the_data_supports() {
+    let (server, ch) = migrated_clickhouse().await;
+    insert_sql_fixtures(&ch, &FIXTURE_TABLES, 1).await;
+    let url = server.url();
+
+    let (rc, out, err) = report(&url, &["--since", "0", "--by", "node", "--json"]);
+    assert_eq!(rc, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["min_gpu_days"].as_f64(), Some(1.0));
+    let groups = doc["groups"].as_array().unwrap();
+    let with_ooms = groups.iter().filter(|g| g["ooms"].as_u64() > Some(0)).count();
+    assert!(with_ooms > 0);
+    for g in groups {
+        let days = g["gpu_days"].as_f64().unwrap();
+        assert!(days < 1.0, "the fixtures hold minutes, not days: {g}");
+        assert!(g["ooms_per_gpu_day"].is_null(), "no rate from {days} GPU-days: {g}");
+        assert!(g["ooms_per_gpu_day_by_scenario"].as_object().unwrap().is_empty(), "{g}");
+    }
+    let (rc, text, err) = report(&url, &["--since", "0", "--by", "node"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(text.contains("GPU-days") && text.contains("show their OOM count only"), "{text}");
+    // Groups seen only in OOM events (no samples) show `–`, never 0.0 %.
+    let mut unsampled = 0;
+    for by in ["node", "namespace", "workload", "gpu_model"] {
+        let (_, out, _) = report(&url, &["--since", "0", "--by", by, "--json"]);
+        let (_, text, _) = report(&url, &["--since", "0", "--by", by]);
+        let doc: Value = serde_json::from_str(out.trim()).unwrap();
+        for g in doc["groups"].as_array().unwrap().iter().filter(|g| g["samples"].as_u64() == Some(0)) {
+            unsampled += 1;
+            assert!(g["p50"].is_null() && g["above_90_share"].is_null(), "{by}: {g}");
+            let key = match g["key"].as_str().unwrap() {
+                "" => "(none)",
+                k => k,
+            };
+            let line = text.lines().find(|l| l.trim_start().starts_with(key)).unwrap();
+            assert!(line.contains('–') && !line.contains('%'), "{by}: {line}");
+        }
+    }
+    assert!(unsampled > 0, "the fixtures have OOMs in groups without samples");
+
+    // A reversed window is refused, naming both ends.
+    let (rc, _, err) = report(&url, &["--since", "1h", "--until", "2h"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("empty window") && err.contains("--since 1h"), "{err}");
+
+    // An empty window: the message names the window, in text, JSON (on stderr) and HTML.
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("empty.html");
+    let window = ["--since", "2001-01-01T00:00:00Z", "--until", "2001-01-02T00:00:00Z"];
+    let (rc, text, err) = report(&url, &[&window[..], &["--html", html.to_str().unwrap()]].concat());
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        text.contains(
+            "No GPU samples and no OOM events from 2001-01-01T00:00:00.000Z – 2001-01-02T00:00:00.000Z"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("p50"), "no empty tables: {text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("No GPU samples and no OOM events") && !page.contains("<svg"), "{page}");
+    let (rc, out, err) = report(&url, &[&window[..], &["--json"]].concat());
+    assert_eq!(rc, 0, "{err}");
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((doc["ooms"].as_u64(), doc["samples"].as_u64()), (Some(0), Some(0)));
+    assert!(err.contains("No GPU samples and no OOM events"), "{err}");
+    let (rc, _, err) = report(&url, &["--since", "0", "--min-gpu-days=-1"]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("--min-gpu-days"), "{err}");
 }

@@ -224,9 +224,40 @@ async fn postmortem_text_json_html() {
     assert!(html.contains("grew by +33.50 GiB") && html.contains("pod-60004"));
     assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href="));
 
-    // Nothing matched: exit 2.
-    let (rc, out, _) = oomlens(&url, &["--node", "no-such-node", "--since", "0", "--json"]);
+    // More events than --max-events: the cut is said (text first line; stderr beside JSON Lines;
+    // the HTML page's heading), and the page has an index with one link per event.
+    let (rc, out, err) = oomlens(&url, &["--since", "0", "--max-events", "100", "--json"]);
+    assert_eq!(rc, 0, "{err}");
+    let all = json_lines(&out).len();
+    assert!(all > 3, "{all}");
+    assert!(err.is_empty(), "nothing cut: {err}");
+    let (rc, text, err) = oomlens(&url, &["--since", "0", "--max-events", "2"]);
+    assert_eq!(rc, 0, "{err}");
+    let note = format!("showing the newest 2 of {all} OOM events matching any node from the first event to ");
+    assert!(text.starts_with(&note), "{text}");
+    let (_, out, err) = oomlens(&url, &["--since", "0", "--max-events", "2", "--json"]);
+    assert_eq!(json_lines(&out).len(), 2);
+    assert!(err.starts_with(&note), "{err}");
+    let multi = dir.path().join("multi.html");
+    let (rc, _, err) =
+        oomlens(&url, &["--since", "0", "--max-events", "3", "--html", multi.to_str().unwrap()]);
+    assert_eq!(rc, 0, "{err}");
+    let page = std::fs::read_to_string(&multi).unwrap();
+    assert!(page.contains(&format!("showing the newest 3 of {all} OOM events")), "{page}");
+    assert_eq!(page.matches("<li><a href=\"#event-").count(), 3, "an index entry per event");
+    assert_eq!(page.matches("<section id=\"event-").count(), 3);
+
+    // Nothing matched: exit 2, and the message repeats the filter and the window.
+    let (rc, out, err) = oomlens(&url, &["--node", "no-such-node", "--since", "0", "--json"]);
     assert_eq!((rc, out.as_str()), (2, ""));
+    assert!(err.contains("no OOM event matched node=no-such-node from the first event to "), "{err}");
+    let (rc, out, _) =
+        oomlens(&url, &["--node", "no-such-node", "--gpu", "3", "--since", "2025-12-01T00:00:00Z"]);
+    assert_eq!(rc, 2);
+    assert!(
+        out.starts_with("no OOM event matched node=no-such-node, GPU 3 from 2025-12-01T00:00:00.000Z to "),
+        "{out}"
+    );
     // Bad time argument: a clear error.
     let (rc, _, err) = oomlens(&url, &["--since", "yesterday"]);
     assert_ne!(rc, 0);

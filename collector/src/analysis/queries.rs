@@ -44,6 +44,7 @@ builtin![
     "oom_features",
     "oom_neighbours",
     "postmortem_events",
+    "postmortem_event_count",
     "oom_process_curve",
     "oom_gpu_curve",
     "capacity_headroom",

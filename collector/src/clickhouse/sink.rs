@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clickhouse::{RowOwned, RowWrite};
 use oomlens_schema::Batch;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use oomlens_schema::ddl::ServerCaps;
 use oomlens_schema::rows::{AgentRow, GpuSampleRow, OomEventRow, ProcessSampleRow, TableRow};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::{Ch, ChError};

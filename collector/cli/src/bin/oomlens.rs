@@ -130,6 +130,10 @@ struct CapacityArgs {
     /// Length of the ranked lists.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// GPU-days a group must have sampled before its OOMs are shown as a rate per GPU-day (below
+    /// that, the count only: a rate from minutes of data would be extrapolation).
+    #[arg(long, default_value_t = oomlens_cli::capacity::MIN_GPU_DAYS_FOR_RATE)]
+    min_gpu_days: f64,
     /// Print the report as one JSON document.
     #[arg(long)]
     json: bool,
@@ -479,9 +483,23 @@ async fn run_capacity(a: CapacityArgs) -> anyhow::Result<()> {
     let window_ms = parse_duration_ms(&a.window).context("--window")?;
     let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
     let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
-    let report = capacity::build(ch.client(), &cfg.database, by, since_ms, until_ms, window_ms, a.top)
+    anyhow::ensure!(
+        a.min_gpu_days.is_finite() && a.min_gpu_days >= 0.0,
+        "--min-gpu-days must be a number of GPU-days, 0 or more (got {})",
+        a.min_gpu_days
+    );
+    let opts = capacity::ReportOptions {
+        window_ms,
+        top: a.top,
+        min_gpu_days: a.min_gpu_days,
+        ..capacity::ReportOptions::new(by, since_ms, until_ms)
+    };
+    let report = capacity::build(ch.client(), &cfg.database, &opts)
         .await
         .context("cannot build the capacity report")?;
+    if report.is_empty() && a.json {
+        eprintln!("{}", report.empty_note());
+    }
     let mut out = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer(&mut out, &report).context("cannot write JSON")?;
@@ -524,10 +542,10 @@ async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
     let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
     let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
     let client = ch.client();
-    let events =
+    let found =
         postmortem::find_events(client, &cfg.database, &sel).await.context("cannot select the events")?;
-    let mut reports = Vec::with_capacity(events.len());
-    for ev in &events {
+    let mut reports = Vec::with_capacity(found.events.len());
+    for ev in &found.events {
         if let Some(pm) = postmortem::build(client, &cfg.database, ev, lookback)
             .await
             .with_context(|| format!("cannot explain event {}", ev.event_id))?
@@ -535,7 +553,16 @@ async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
             reports.push(pm);
         }
     }
+    let cut = found.cut_note(&sel);
     let mut out = std::io::stdout().lock();
+    if let Some(note) = &cut {
+        // JSON Lines stay one document per event: the note goes to stderr there.
+        if a.json {
+            eprintln!("{note}");
+        } else {
+            writeln!(out, "{note}\n").context("cannot write")?;
+        }
+    }
     for (i, pm) in reports.iter().enumerate() {
         if a.json {
             serde_json::to_writer(&mut out, &pm.to_json()).context("cannot write JSON")?;
@@ -547,12 +574,18 @@ async fn run_postmortem(a: PostmortemArgs) -> anyhow::Result<()> {
             pm.write_text(&mut out, a.width).context("cannot write the report")?;
         }
     }
-    if reports.is_empty() && !a.json {
-        writeln!(out, "no OOM event matched").context("cannot write")?;
+    let none = postmortem::Found::none_note(&sel);
+    if reports.is_empty() {
+        if a.json {
+            eprintln!("{none}");
+        } else {
+            writeln!(out, "{none}").context("cannot write")?;
+        }
     }
     if let Some(path) = &a.html {
         let mut page = Vec::new();
-        postmortem::write_html(&reports, &mut page).context("cannot render HTML")?;
+        let heading = if reports.is_empty() { none } else { cut.unwrap_or_else(|| sel.describe()) };
+        postmortem::write_html(&reports, &heading, &mut page).context("cannot render HTML")?;
         std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
     }
     if reports.is_empty() {
