@@ -980,6 +980,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn charts_have_a_row_per_group_with_data_and_say_what_is_left_out() {
+        let sampled = Group {
+            gpus: 2,
+            samples: 7200,
+            gpu_days: 7200.0 / 86_400.0,
+            p50: Some(0.5),
+            p95: Some(0.8),
+            p99: Some(0.9),
+            max: Some(0.95),
+            above_90_share: Some(0.1),
+            ..Group::unsampled("idle-but-sampled")
+        };
+        let mut failing = Group::unsampled("events-only");
+        failing.ooms = 3;
+        failing.ooms_by_scenario.insert("batch".into(), 3);
+        let report = CapacityReport {
+            since_ms: 0,
+            until_ms: 3_600_000,
+            by: GroupBy::Workload,
+            min_gpu_days: 1.0,
+            samples: 7200,
+            groups: vec![failing, sampled],
+            ooms: 3,
+            ooms_by_scenario: BTreeMap::from([("batch".to_owned(), 3)]),
+            closest_to_edge: vec![],
+            noisy_neighbours: vec![],
+            co_scheduling: vec![],
+            allocation_sites: vec![],
+        };
+        let mut page = Vec::new();
+        report.write_html(&mut page).unwrap();
+        let page = String::from_utf8(page).unwrap();
+        let charts: Vec<&str> =
+            page.split("<svg").skip(1).map(|c| c.split("</svg>").next().unwrap()).collect();
+        assert_eq!(charts.len(), 2);
+        assert!(charts[0].contains(">idle-but-sampled<") && !charts[0].contains(">events-only<"));
+        assert!(charts[1].contains(">events-only<") && !charts[1].contains(">idle-but-sampled<"));
+        assert!(page.contains("1 group(s) seen only in OOM events"), "{page}");
+        assert!(page.contains("batch (3)") && page.contains(">p99<"), "legends: {page}");
+        assert!(page.contains("None in this window: no workload was sampled"), "{page}");
+        let mut text = Vec::new();
+        report.write_text(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let line = text.lines().find(|l| l.trim_start().starts_with("events-only")).unwrap();
+        assert!(!line.contains('%') && line.contains('–'), "{line}");
+        assert!(text.contains("1 group(s) with less show their OOM count only"), "{text}");
+    }
+
+    #[test]
     fn groupings_parse() {
         for by in [GroupBy::Cluster, GroupBy::GpuModel, GroupBy::Node, GroupBy::Namespace, GroupBy::Workload]
         {

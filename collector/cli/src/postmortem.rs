@@ -830,7 +830,7 @@ pub fn write_html(pms: &[Postmortem], heading: &str, out: &mut dyn Write) -> std
             html_escape(if j.phase.is_empty() { "unknown" } else { &j.phase }),
             html_escape(&j.phase_source),
         );
-        if let Some(curve) = &pm.curve {
+        if let Some(curve) = pm.curve.as_ref().filter(|c| !c.gpu.is_empty() || !c.processes.is_empty()) {
             // The failing process takes its colour first, so it is the same in every chart.
             if let Some(pid) = j.pid {
                 colours.of(&process_key(pid, &j.workload));

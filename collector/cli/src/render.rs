@@ -40,8 +40,8 @@ pub fn html_head(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>\
-         body{{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px;overflow-wrap:anywhere}}\
-         table{{border-collapse:collapse}}\
+         body{{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}}\
+         p,li,td,h2{{overflow-wrap:anywhere}}table{{border-collapse:collapse}}th{{white-space:nowrap}}\
          td,th{{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f3f3f3}}\
          .num{{text-align:right;white-space:nowrap}}section{{margin-bottom:3em}}code{{background:#f3f3f3;padding:1px 4px}}\
          .wide{{max-width:100%;overflow-x:auto}}svg text{{font-family:system-ui,sans-serif}}\

@@ -201,6 +201,14 @@ async fn capacity_report_numbers() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") && page.matches("<svg").count() == 2);
     assert!(page.contains("90 %") && page.contains("train-east") && !page.contains("<script"));
+    if let Some(layout) = check_page_in_browser(&html, "capacity-by-cluster") {
+        assert_eq!((layout.charts, layout.legends), (2, 2), "{layout:?}");
+    }
+    let by_workload = dir.path().join("cap-workload.html");
+    let (rc, _, err) =
+        report(&url, &["--since", "0", "--by", "workload", "--html", by_workload.to_str().unwrap()]);
+    assert_eq!(rc, 0, "{err}");
+    check_page_in_browser(&by_workload, "capacity-by-workload");
     // `oomlens top --once` at a fixture time: one line per GPU read in the minute before, with the
     // latest reading; the OOMs of the day before.
     let at: i64 = 1_764_460_890_000;
@@ -337,6 +345,7 @@ async fn capacity_report_says_only_what_the_data_supports() {
     assert!(!text.contains("p50"), "no empty tables: {text}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("No GPU samples and no OOM events") && !page.contains("<svg"), "{page}");
+    check_page_in_browser(&html, "capacity-empty");
     let (rc, out, err) = report(&url, &[&window[..], &["--json"]].concat());
     assert_eq!(rc, 0, "{err}");
     let doc: Value = serde_json::from_str(out.trim()).unwrap();

@@ -246,6 +246,14 @@ async fn postmortem_text_json_html() {
     assert!(page.contains(&format!("showing the newest 3 of {all} OOM events")), "{page}");
     assert_eq!(page.matches("<li><a href=\"#event-").count(), 3, "an index entry per event");
     assert_eq!(page.matches("<section id=\"event-").count(), 3);
+    // In a real browser, at a desktop's and a phone's width: nothing overlaps, is cut off or
+    // widens the page; every chart has its legend.
+    for (path, name, charts) in [(&html_path, "postmortem-event", 1), (&multi, "postmortem-3-events", 3)] {
+        if let Some(layout) = check_page_in_browser(path, name) {
+            assert!(layout.charts >= charts.min(1) && layout.legends == layout.charts, "{name}: {layout:?}");
+            assert!(layout.chart_labels >= 10 * layout.charts, "ticks on both axes: {layout:?}");
+        }
+    }
 
     // Nothing matched: exit 2, and the message repeats the filter and the window.
     let (rc, out, err) = oomlens(&url, &["--node", "no-such-node", "--since", "0", "--json"]);

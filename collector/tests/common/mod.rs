@@ -338,3 +338,40 @@ impl Drop for AgentProcess {
         }
     }
 }
+
+/// The widths the HTML pages are checked at: a desktop and a phone.
+pub const PAGE_WIDTHS: [u32; 2] = [1400, 375];
+
+/// Lays `page` out in headless Chromium at each of [`PAGE_WIDTHS`] and fails on anything a
+/// reader would see go wrong (the page wider than the screen, a chart label overlapping another or
+/// cut off, a clipped legend); keeps a PNG of each width as `<target>/html-pages/<name>-<width>.png`
+/// (the CI artefacts). Returns the desktop layout. Without Chromium the check is skipped with a
+/// note — except under CI (`CI` set), where it must run.
+pub fn check_page_in_browser(page: &Path, name: &str) -> Option<oomlens_devkit::browser::Layout> {
+    let Some(browser) = oomlens_devkit::browser::Chromium::find() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must check the HTML pages: install chromium");
+        eprintln!("skipping the browser check of {name}: no chromium on the PATH (apt-get install chromium)");
+        return None;
+    };
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), Into::into);
+    let artefacts = target.join("html-pages");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let mut desktop = None;
+    for width in PAGE_WIDTHS {
+        let layout = browser.layout(page, width).unwrap_or_else(|e| panic!("{name} at {width} px: {e}"));
+        let height = (layout.height.ceil() as u32).clamp(400, 12_000);
+        let png = artefacts.join(format!("{name}-{width}.png"));
+        browser.screenshot(page, width, height, &png).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            layout.problems.is_empty(),
+            "{name} at {width} px ({}): {:#?}",
+            png.display(),
+            layout.problems
+        );
+        assert!(layout.scroll_width <= layout.viewport + 1.0, "{name} at {width} px: {layout:?}");
+        if width == PAGE_WIDTHS[0] {
+            desktop = Some(layout);
+        }
+    }
+    desktop
+}
