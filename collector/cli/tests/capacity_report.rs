@@ -15,6 +15,12 @@ use common::*;
 use oomlens_collector::analysis::{self, FeatureWindow};
 use serde_json::Value;
 
+/// The path of `name` on the PATH.
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()).ok_or(())
+}
+
 fn report(url: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
         .args(["report", "capacity"])
@@ -274,7 +280,80 @@ async fn capacity_report_numbers() {
         .filter(|r| (at - 86_400_000..=at).contains(&r["ts_ms"].as_i64().unwrap()))
         .map(|r| (r["node"].as_str().unwrap().to_owned(), r["event_id"].as_u64().unwrap()))
         .collect();
-    assert!(frame.contains(&format!("Recent OOMs ({}):", day_events.len().min(10))), "{frame}");
+    assert!(
+        frame.contains(&format!("Recent OOMs ({}) of the last 86400 s:", day_events.len().min(10))),
+        "{frame}"
+    );
+
+    // One node: only its GPUs and OOMs, and the header says so.
+    let ((cluster, node, _), _) = latest.iter().next().unwrap();
+    let top_once = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_oomlens"))
+            .args(["top", "--once", "--at", &at.to_string(), "--live", "60s", "--recent", "1d"])
+            .args(extra)
+            .args(["--clickhouse-url", &url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let one = top_once(&["--node", node, "--cluster-name", cluster]);
+    let gpus_of_node = latest.keys().filter(|(c, n, _)| c == cluster && n == node).count();
+    assert!(
+        one.starts_with(&format!(
+            "oomlens top — {} — {gpus_of_node} GPUs on 1 nodes",
+            oomlens_cli::timearg::format_ms(at)
+        )),
+        "{one}"
+    );
+    assert_eq!(one.lines().nth(1), Some(format!("showing cluster {cluster}, node {node}").as_str()), "{one}");
+    assert!(
+        one.lines().filter(|l| l.contains('/') && !l.starts_with(' ') && l.contains(node.as_str())).count()
+            == 1,
+        "{one}"
+    );
+    let none = top_once(&["--node", "no-such-node"]);
+    assert!(none.contains("No GPU reading of node no-such-node in the 60 s before"), "{none}");
+    assert!(none.contains("  none on node no-such-node"), "{none}");
+
+    // The interactive screen in a real pseudo-terminal (util-linux `script`): the alternate screen
+    // is entered, the header and the key help drawn, `q` quits, the terminal is restored.
+    if let Ok(script) = which("script") {
+        let cmd = format!(
+            "{} top --at {at} --live 60s --recent 1d --interval 0.5 --clickhouse-url {url}",
+            env!("CARGO_BIN_EXE_oomlens")
+        );
+        let mut child = Command::new(script)
+            .args(["-qfec", &cmd, "/dev/null"])
+            .env("TERM", "xterm")
+            .env("COLUMNS", "120")
+            .env("LINES", "30")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        use std::io::Write as _;
+        child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "q did not quit oomlens top");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let out = child.wait_with_output().unwrap();
+        let screen = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{screen}\n{}", String::from_utf8_lossy(&out.stderr));
+        let enter = screen.find("\x1b[?1049h").unwrap_or_else(|| panic!("no alternate screen: {screen:?}"));
+        let leave = screen.rfind("\x1b[?1049l").unwrap_or_else(|| panic!("not restored: {screen:?}"));
+        assert!(enter < leave);
+        assert!(
+            screen[enter..leave].contains("oomlens top — ") && screen[enter..leave].contains("q quit"),
+            "{screen:?}"
+        );
+    } else {
+        eprintln!("skipping the pseudo-terminal check of oomlens top: no `script` (util-linux)");
+    }
 
     let (rc, _, err) = report(&url, &["--since", "0", "--by", "rack"]);
     assert_ne!(rc, 0);

@@ -40,8 +40,10 @@ enum Command {
     /// contention/fragmentation → remedy) with the memory curve before each failure, the ranked
     /// neighbours and the remedy: one event by id, or those of a job, pod, node / GPU in a time range.
     Postmortem(Box<PostmortemArgs>),
-    /// Live terminal view of the fleet: per node each GPU's memory bar, its largest processes, and
-    /// the recent OOMs, redrawn every --interval (Ctrl-C to quit); --once prints one frame.
+    /// Live terminal view of the fleet: per node each GPU's memory bar, its live processes, and the
+    /// recent OOMs, on the alternate screen with the header pinned, redrawn every --interval (q
+    /// quits; arrows / PgUp / PgDn scroll; +/- interval; p pause); --once prints one frame, and a
+    /// stdout that is not a terminal gets plain frames one after another.
     Top(Box<TopArgs>),
     /// Fleet reports (`oomlens report capacity`).
     #[command(subcommand)]
@@ -100,6 +102,12 @@ struct TopArgs {
     /// OOMs listed.
     #[arg(long, default_value_t = 10)]
     max_ooms: usize,
+    /// Only this cluster.
+    #[arg(long = "cluster-name")]
+    cluster_name: Option<String>,
+    /// Only this node (the agent certificate's CN).
+    #[arg(long)]
+    node: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -361,8 +369,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     use oomlens_cli::timearg::{now_ms, parse_duration_ms, parse_instant_ms};
-    use oomlens_cli::top::fetch_frame;
+    use oomlens_cli::top::{FrameQuery, fetch_frame, tui};
     use oomlens_collector::clickhouse::Ch;
+    use std::io::IsTerminal as _;
 
     let live_ms = parse_duration_ms(&a.live).context("--live")?;
     let recent_ms = parse_duration_ms(&a.recent).context("--recent")?;
@@ -372,31 +381,39 @@ async fn run_top(a: TopArgs) -> anyhow::Result<()> {
     let follow_now = a.at.eq_ignore_ascii_case("now");
     let start_at = parse_instant_ms(&a.at, now_ms()).context("--at")?;
     let start_wall = now_ms();
-    let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
-    let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
-    loop {
+    let once = a.once;
+    let query = move || FrameQuery {
         // A past --at replays forward at wall-clock speed.
-        let at = match (follow_now, a.once) {
+        at_ms: match (follow_now, once) {
             (true, _) => now_ms(),
             (false, true) => start_at,
             (false, false) => start_at.saturating_add(now_ms() - start_wall),
-        };
-        let frame = fetch_frame(ch.client(), &cfg.database, at, live_ms, recent_ms, a.max_ooms)
-            .await
-            .context("cannot fetch the frame")?;
-        let mut buf = Vec::new();
-        if !a.once {
-            buf.extend_from_slice(b"\x1b[H\x1b[2J");
-        }
-        frame.write(&mut buf, a.procs).context("cannot render the frame")?;
+        },
+        live_ms,
+        recent_ms,
+        max_ooms: a.max_ooms,
+        cluster: a.cluster_name.clone().unwrap_or_default(),
+        node: a.node.clone().unwrap_or_default(),
+    };
+    let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
+    let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
+    let interval = std::time::Duration::from_secs_f64(a.interval);
+    if !a.once && std::io::stdout().is_terminal() {
+        return tui::run(ch.client(), &cfg.database, interval, a.procs, query).await.context("oomlens top");
+    }
+    // One frame, or plain frames one after another into a pipe or file (like `top -b`).
+    loop {
+        let frame =
+            fetch_frame(ch.client(), &cfg.database, &query()).await.context("cannot fetch the frame")?;
         let mut out = std::io::stdout().lock();
-        out.write_all(&buf).and_then(|()| out.flush()).context("cannot write")?;
-        drop(out);
+        frame.write(&mut out, a.procs).and_then(|()| out.flush()).context("cannot write")?;
         if a.once {
             return Ok(());
         }
+        writeln!(out).context("cannot write")?;
+        drop(out);
         tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(a.interval)) => {}
+            _ = tokio::time::sleep(interval) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
