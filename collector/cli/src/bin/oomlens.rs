@@ -190,10 +190,10 @@ struct FitArgs {
     /// With --calibrate: parameter counts within this many percent count as the same shape.
     #[arg(long, default_value_t = 3.0, help_heading = "Fleet calibration")]
     params_tolerance_pct: f64,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "ClickHouse (with --calibrate)")]
     ch: ChArgs,
     /// Print the report as one JSON document.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     json: bool,
 }
 

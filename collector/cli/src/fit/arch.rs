@@ -58,6 +58,11 @@ pub struct Architecture {
     pub dtype: Option<Precision>,
 }
 
+/// `hidden / heads` when the heads divide the hidden size, else 0.
+pub(crate) fn head_dim(hidden: u64, heads: u64) -> u64 {
+    hidden.checked_div(heads).filter(|_| hidden.is_multiple_of(heads)).unwrap_or(0)
+}
+
 fn serialize_dtype<S: serde::Serializer>(v: &Option<Precision>, s: S) -> Result<S::Ok, S::Error> {
     match v {
         Some(p) => s.collect_str(p),
@@ -97,7 +102,7 @@ impl Architecture {
         intermediate: Option<u64>,
     ) -> Result<Architecture, FitError> {
         let family = if intermediate.is_some() { Family::Gated } else { Family::Plain };
-        if heads > 0 && hidden % heads != 0 {
+        if head_dim(hidden, heads) == 0 && heads > 0 {
             return Err(FitError::BadShape(format!(
                 "{heads} attention heads do not divide a hidden size of {hidden}"
             )));
@@ -109,7 +114,7 @@ impl Architecture {
             layers,
             heads,
             kv_heads: kv_heads.unwrap_or(heads),
-            head_dim: if heads > 0 { hidden / heads } else { 0 },
+            head_dim: head_dim(hidden, heads),
             vocab,
             intermediate: intermediate.unwrap_or(4 * hidden),
             tied_embeddings: family == Family::Plain,
@@ -152,9 +157,9 @@ impl Architecture {
     /// Reads a Hugging Face `config.json`.
     pub fn from_config_file(path: &Path) -> Result<Architecture, FitError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| FitError::ConfigRead { path: path.display().to_string(), source: e })?;
+            .map_err(|e| FitError::ConfigRead { path: path.display().to_string(), reason: e })?;
         let doc: Value = serde_json::from_str(&text)
-            .map_err(|e| FitError::ConfigJson { path: path.display().to_string(), source: e })?;
+            .map_err(|e| FitError::ConfigJson { path: path.display().to_string(), reason: e })?;
         Architecture::from_config(&doc)
     }
 
@@ -222,8 +227,7 @@ impl Architecture {
         let kv_heads = int(&["num_key_value_heads", "multi_query_group_num"])?.unwrap_or(heads);
         let head_dim = match int(&["head_dim"])? {
             Some(d) => d,
-            None if heads > 0 && hidden % heads == 0 => hidden / heads,
-            None => 0,
+            None => head_dim(hidden, heads),
         };
         let max_position = int(&["max_position_embeddings", "n_positions", "n_ctx", "seq_length"])?;
         let tied_embeddings = match map.get("tie_word_embeddings") {
@@ -280,7 +284,7 @@ impl Architecture {
                 self.heads, self.hidden
             ));
         }
-        if self.kv_heads > self.heads || self.heads % self.kv_heads != 0 {
+        if self.kv_heads > self.heads || !self.heads.is_multiple_of(self.kv_heads) {
             return bad(&format!(
                 "{} key/value heads must divide {} attention heads (grouped-query attention)",
                 self.kv_heads, self.heads

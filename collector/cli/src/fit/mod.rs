@@ -62,20 +62,20 @@ pub enum FitError {
         known: String,
     },
     /// The config file cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {reason}")]
     ConfigRead {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The config file is not JSON.
-    #[error("{path} is not valid JSON: {source}")]
+    #[error("{path} is not valid JSON: {reason}")]
     ConfigJson {
         /// The file.
         path: String,
         /// Why.
-        source: serde_json::Error,
+        reason: serde_json::Error,
     },
     /// A field of the config is missing or wrong.
     #[error("model config: {0}")]
@@ -243,6 +243,11 @@ pub(crate) fn serialize_display<S: serde::Serializer, T: std::fmt::Display>(
     s.collect_str(v)
 }
 
+/// Bytes of `bits` for people: `2`, `0.5`.
+fn bytes_text(bits: u64) -> String {
+    if bits.is_multiple_of(8) { format!("{}", bits / 8) } else { format!("{:.1}", bits as f64 / 8.0) }
+}
+
 fn mul(factors: &[u64]) -> u128 {
     factors.iter().fold(1u128, |acc, &f| acc.saturating_mul(u128::from(f)))
 }
@@ -394,9 +399,6 @@ impl Job {
                 String::new()
             }
         };
-        let bytes = |bits: u64| {
-            if bits % 8 == 0 { format!("{}", bits / 8) } else { format!("{:.1}", bits as f64 / 8.0) }
-        };
         let per_gpu = format!("{:.3} B params/GPU", p as f64 / 1e9);
         // ZeRO-3 gathers the full weights of the layer being computed and of the one prefetched.
         let gathered = if self.zero_stage >= 3 && self.dp > 1 {
@@ -406,7 +408,7 @@ impl Job {
             0
         };
         let mut weights_detail =
-            format!("{per_gpu} × {} B ({}){}", bytes(per.weight_bits), self.precision, shard(3));
+            format!("{per_gpu} × {} B ({}){}", bytes_text(per.weight_bits), self.precision, shard(3));
         if gathered > 0 {
             weights_detail.push_str(&format!(" + 2 layers gathered {:.2} GiB", gib(gathered)));
         }
@@ -424,7 +426,7 @@ impl Job {
             Part {
                 name: "gradients",
                 bytes: states.gradients,
-                detail: format!("{per_gpu} × {} B{}", bytes(per.grad_bits), shard(2)),
+                detail: format!("{per_gpu} × {} B{}", bytes_text(per.grad_bits), shard(2)),
             },
             Part { name: "optimizer_state", bytes: states.optimizer, detail: optimizer_detail },
         ];
@@ -525,7 +527,7 @@ impl Job {
                 detail: format!(
                     "{:.3} B params/GPU × {} B ({})",
                     p as f64 / 1e9,
-                    if bits % 8 == 0 { format!("{}", bits / 8) } else { format!("{:.1}", bits as f64 / 8.0) },
+                    bytes_text(bits),
                     self.precision
                 ),
             },
@@ -637,7 +639,7 @@ pub fn resolve_arch(
         set(&mut a.vocab, dims.vocab);
         set(&mut a.intermediate, dims.intermediate);
         if dims.hidden.is_some() || dims.heads.is_some() {
-            a.head_dim = if a.heads > 0 && a.hidden % a.heads == 0 { a.hidden / a.heads } else { 0 };
+            a.head_dim = arch::head_dim(a.hidden, a.heads);
         }
         a.check()?;
         return Ok((a, ArchSource::Config));

@@ -91,7 +91,7 @@ impl FitReport {
                 "ASSUMED from the nearest reference model: pass --model-config or the dimensions"
             }
         };
-        writeln!(out, "  {} ({arch_from})", a.describe())?;
+        writeln!(out, "  {}; {arch_from}", a.describe())?;
         let mode = match j.mode {
             Mode::Train => {
                 format!("train, {} weights, {} optimizer, ZeRO-{}", j.precision, j.optimizer, j.zero_stage)
@@ -175,22 +175,20 @@ impl FitReport {
         };
         writeln!(out, "longest sequence that fits at micro-batch {}: {seq}", j.batch)?;
         let an = &self.anchors;
+        let peak = self.estimate.peak_bytes;
         let acc = if j.mode == Mode::Train {
-            "\"Training using Adam\" (4 × the weights)"
+            "\"Training using Adam\", 4 × all the weights"
         } else {
-            "\"Total Size\""
+            "\"Total Size\", all the weights"
         };
-        let mut line =
-            format!("model-state estimators: accelerate estimate-memory {} {acc}", gib(an.accelerate_bytes));
+        let mut line = format!(
+            "model-state estimators (no activations, context or slack): accelerate estimate-memory {} ({acc}; {})",
+            gib(an.accelerate_bytes),
+            versus(an.accelerate_bytes, peak)
+        );
         if let (Some(ds), Some(name)) = (an.deepspeed_bytes, an.deepspeed_estimator) {
-            line.push_str(&format!(", DeepSpeed {name} {}", gib(ds)));
+            line.push_str(&format!(", DeepSpeed {name} {} ({})", gib(ds), versus(ds, peak)));
         }
-        let missed =
-            self.estimate.peak_bytes.saturating_sub(an.accelerate_bytes.max(an.deepspeed_bytes.unwrap_or(0)));
-        line.push_str(&format!(
-            "; they count model states only and miss at least {} of this job's peak",
-            gib(missed)
-        ));
         writeln!(out, "{line}")?;
         if let Some(c) = &self.calibration
             && !c.has_data()
@@ -198,6 +196,15 @@ impl FitReport {
             writeln!(out, "fleet calibration: {}", c.summary)?;
         }
         Ok(())
+    }
+}
+
+/// `12.34 GiB below the model's peak` / `above`.
+fn versus(anchor: u64, peak: u64) -> String {
+    if anchor <= peak {
+        format!("{} below the model's peak", gib(peak - anchor))
+    } else {
+        format!("{} above it", gib(anchor - peak))
     }
 }
 
