@@ -18,7 +18,8 @@
 -- param: flash_attention UInt8 = 0
 --
 -- Samples are aggregated with max / min / uniqExact over their natural key, which re-sent
--- duplicates do not change.
+-- duplicates do not change. GLOBAL IN: on a cluster a workload's samples may sit on other shards
+-- than its events, so the workloads are read once, on the initiator.
 SELECT
     workload,
     uniqExact(cluster, node, gpu_index, pid) AS processes,
@@ -27,7 +28,7 @@ SELECT
     min(ifNull(used_bytes, 0)) AS floor_bytes
 FROM {db}.process_samples
 WHERE ts_ms >= ? AND ts_ms < ? AND isNotNull(used_bytes) AND workload != ''
-    AND workload IN
+    AND workload GLOBAL IN
     (
         SELECT workload
         FROM {db}.oom_attributions
