@@ -231,6 +231,10 @@ fn bad_input_exits_2_with_a_reason() {
         (vec!["--params", "7B", "--gpu", "T4", "--seq=-1"], "--seq"),
         (vec!["--hidden", "0", "--layers", "2", "--heads", "2", "--gpu", "T4"], "--hidden"),
         (vec!["--hidden", "4096", "--gpu", "T4"], "--hidden, --layers and --heads go together"),
+        (
+            vec!["--hidden", "4294967296", "--layers", "4294967296", "--heads", "1", "--gpu", "T4"],
+            "beyond any model",
+        ),
         (vec!["--hidden", "100", "--layers", "2", "--heads", "3", "--gpu", "T4"], "do not divide"),
         (vec!["--params", "7B", "--gpu-memory", "0GiB"], "must be more than 0"),
         (vec!["--params", "7B", "--gpu-memory", "lots"], "is not a size"),

@@ -278,6 +278,21 @@ impl Architecture {
                 return bad(&format!("{name} must be at least 1"));
             }
         }
+        // Beyond any model: refused, so that no count overflows.
+        for (name, v, max) in [
+            ("hidden size", self.hidden, 1u64 << 20),
+            ("layers", self.layers, 1 << 16),
+            ("attention heads", self.heads, 1 << 14),
+            ("head size", self.head_dim, 1 << 14),
+            ("vocabulary", self.vocab, 1 << 24),
+            ("MLP size", self.intermediate, 1 << 22),
+            ("positions", self.learned_positions, 1 << 24),
+            ("token types", self.token_types, 1 << 16),
+        ] {
+            if v > max {
+                return bad(&format!("a {name} of {v} is beyond any model (at most {max})"));
+            }
+        }
         if self.head_dim == 0 {
             return bad(&format!(
                 "{} attention heads do not divide a hidden size of {}",
@@ -341,7 +356,9 @@ impl Architecture {
         let final_norm = if encoder { 0 } else { self.norm_params() };
         let pooler = if encoder { self.hidden * self.hidden + self.hidden } else { 0 };
         let head = if encoder || self.tied_embeddings { 0 } else { self.vocab * self.hidden };
-        self.embedding_params() + self.layers * self.params_per_layer() + final_norm + pooler + head
+        let layers = u128::from(self.layers) * u128::from(self.params_per_layer());
+        let total = layers + u128::from(self.embedding_params() + final_norm + pooler + head);
+        u64::try_from(total).unwrap_or(u64::MAX)
     }
 
     /// The largest single module's parameters (the token embedding or one MLP matrix): what
