@@ -4,6 +4,10 @@
 //! * [`frame`] — the frame codec: fixed header + validated rkyv payload, typed errors.
 //! * [`limits`] — hard limits on frames, strings and vectors, checked on every decoded frame.
 //! * [`scenario`] — the OOM scenario taxonomy shared by the simulator and attribution.
+//! * [`gpu`] — the GPU catalog (names, memory as drivers report it), shared by the simulator and
+//!   `oomlens fit`.
+//! * [`memory`] — the memory arithmetic of a job shape (bytes per parameter by precision and
+//!   optimizer, model states under TP / PP / ZeRO), shared by the attribution and `oomlens fit`.
 //! * [`text`] — cutting strings on character boundaries, and the clock in epoch milliseconds.
 //! * `ddl` / `rows` (feature `clickhouse`) — the ClickHouse tables, rendered per server version,
 //!   and the row structs the collector inserts.
@@ -16,7 +20,9 @@
 //! the wall clock (`text::now_ms`).
 
 pub mod frame;
+pub mod gpu;
 pub mod limits;
+pub mod memory;
 pub mod scenario;
 pub mod text;
 pub mod wire;

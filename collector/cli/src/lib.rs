@@ -4,6 +4,8 @@
 //! * [`postmortem`] — one report per OOM event: selection, memory curve, text / JSON / HTML.
 //! * [`capacity`] — `oomlens report capacity`: headroom and OOMs per group, text / JSON / HTML.
 //! * [`top`] — the live view.
+//! * [`fit`] — `oomlens fit`: will this job fit? The memory model of one GPU of a job, the largest
+//!   batch and sequence, the fleet's correction.
 //! * [`explain`] — `oomlens explain`: reading the inputs and rendering the offline attribution.
 //! * [`report`] — `oomlens sql` and the tables of events and row counts.
 //! * [`demo`] — `oomlens demo` and the fleet run behind `oomlens accuracy`.
@@ -15,6 +17,7 @@ pub mod capacity;
 pub mod chart;
 pub mod demo;
 pub mod explain;
+pub mod fit;
 pub mod postmortem;
 pub mod render;
 pub mod report;

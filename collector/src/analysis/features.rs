@@ -15,6 +15,7 @@
 //! field order of [`EventEvidence`], [`Neighbour`] equals the queries' columns (a unit test reads
 //! the SELECT lists; the integration tests decode every query on a real server).
 
+use oomlens_schema::memory::{self, Optimizer, PerParam, Precision};
 use oomlens_schema::{OomEvent, OomKind, OtherProcess, Phase};
 use serde::{Deserialize, Serialize};
 
@@ -465,47 +466,36 @@ impl OomFeatures {
             _ => None,
         };
 
-        let tp = u64::from(e.tensor_parallel.unwrap_or(1).max(1));
-        let pp = u64::from(e.pipeline_parallel.unwrap_or(1).max(1));
-        let params_per_gpu = e.params.map(|p| p / (tp * pp));
-        let weight_bytes_per_param: Option<u8> = match e.precision.as_str() {
-            "fp32" => Some(4),
-            "bf16" | "fp16" => Some(2),
-            "fp8" => Some(1),
-            _ => None,
-        };
-        let optimizer_bytes_per_param: Option<u8> = match e.optimizer.as_str() {
-            "" => Some(0),
-            "adam" | "adamw" => Some(if e.precision == "fp32" { 8 } else { 12 }),
-            "sgd" => Some(if e.precision == "fp32" { 4 } else { 8 }),
-            _ => None,
-        };
+        let tp = e.tensor_parallel.unwrap_or(1).max(1);
+        let pp = e.pipeline_parallel.unwrap_or(1).max(1);
+        let params_per_gpu = e.params.map(|p| memory::params_per_gpu(p, tp, pp));
+        // The shared arithmetic (`oomlens_schema::memory`); a static estimate needs whole bytes
+        // per weight and a known optimizer ('' = none: weights only).
+        let precision = Precision::parse(&e.precision);
+        let optimizer = Optimizer::parse(&e.optimizer);
+        let weight_bytes_per_param: Option<u8> = precision.and_then(Precision::whole_bytes);
+        // (An unknown precision counts as mixed: only fp32 keeps no master weights.)
+        let optimizer_bytes_per_param: Option<u8> =
+            optimizer.and_then(|o| u8::try_from(o.state_bytes(precision.unwrap_or(Precision::Bf16))).ok());
         let zero_divisor = e.data_parallel.unwrap_or(1).max(1);
         let zero = e.zero_stage.unwrap_or(0);
-        let static_estimate_bytes = match (params_per_gpu, weight_bytes_per_param, optimizer_bytes_per_param)
-        {
-            (Some(p), Some(w), Some(o)) => {
-                let shard = |stage: u8| if zero >= stage { u64::from(zero_divisor) } else { 1 };
-                let weights = p.saturating_mul(u64::from(w)) / shard(3);
-                let grads =
-                    if e.optimizer.is_empty() { 0 } else { p.saturating_mul(u64::from(w)) / shard(2) };
-                let state = p.saturating_mul(u64::from(o)) / shard(1);
-                Some(sum(sum(weights, grads), state))
+        let static_estimate_bytes = match (params_per_gpu, precision, optimizer, weight_bytes_per_param) {
+            (Some(p), Some(precision), Some(optimizer), Some(_)) => {
+                let per = if optimizer == Optimizer::None {
+                    PerParam::inference(precision)
+                } else {
+                    PerParam::training(precision, optimizer)
+                };
+                Some(memory::model_states(p, per, zero, zero_divisor).total())
             }
             _ => None,
         };
         let attention_bytes = match (e.batch_size, e.heads, e.seq_len) {
             _ if e.flash_attention == Some(1) => Some(0),
             (Some(b), Some(h), Some(s)) => {
-                let heads = u64::from(h) / tp;
-                let fp32 = if e.precision == "fp32" { 2 } else { 1 };
-                Some(
-                    2u64.saturating_mul(u64::from(b))
-                        .saturating_mul(heads)
-                        .saturating_mul(u64::from(s))
-                        .saturating_mul(u64::from(s))
-                        .saturating_mul(fp32),
-                )
+                let heads = u64::from(h) / u64::from(tp);
+                let elem = if precision == Some(Precision::Fp32) { 4 } else { 2 };
+                Some(memory::score_matrix_bytes(u64::from(b), heads, u64::from(s), elem))
             }
             _ => None,
         };

@@ -57,6 +57,8 @@ builtin![
     "attribution_timeline",
     "attributed_events",
     "alloc_sites",
+    "fit_shape_events",
+    "fit_workload_peaks",
 ];
 
 /// A query parameter's type (the ClickHouse type name in the header).

@@ -1,10 +1,9 @@
-//! The GPU catalog: marketing names, NVML memory totals, driver-reserved memory and the power,
-//! clock and thermal envelope of every simulated GPU model.
-//!
-//! Memory figures follow what real drivers report: NVML `total` (e.g. 81559 MiB for an H100 80GB),
-//! of which the driver keeps a few hundred MiB (`reserved`) that CUDA never hands out, so the
-//! capacity PyTorch sees (`cudaMemGetInfo` total, printed as "total capacity") is `total − reserved`
-//! — 79.11 GiB on an H100 80GB, 79.15 GiB on an A100 80GB, as in real OOM messages.
+//! The simulated GPU models: the memory figures of the shared catalog
+//! ([`oomlens_schema::gpu`]: NVML totals and driver reservations, so the capacity PyTorch sees is
+//! `total − reserved` — 79.11 GiB on an H100 80GB, 79.15 GiB on an A100 80GB, as in real OOM
+//! messages) plus the power, clock and thermal envelope the simulator reports.
+
+use oomlens_schema::gpu::{self, GpuSpec};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -31,7 +30,31 @@ pub struct GpuModel {
     pub mem_mhz: u32,
 }
 
+/// The power and clock envelope of a simulated model.
+struct Envelope {
+    tdp_w: u32,
+    idle_w: u32,
+    max_sm_mhz: u32,
+    idle_sm_mhz: u32,
+    mem_mhz: u32,
+}
+
 impl GpuModel {
+    /// A catalog entry with its simulated envelope.
+    const fn simulated(spec: GpuSpec, e: Envelope) -> GpuModel {
+        GpuModel {
+            key: spec.key,
+            name: spec.name,
+            total_mib: spec.total_mib,
+            driver_reserved_mib: spec.driver_reserved_mib,
+            tdp_w: e.tdp_w,
+            idle_w: e.idle_w,
+            max_sm_mhz: e.max_sm_mhz,
+            idle_sm_mhz: e.idle_sm_mhz,
+            mem_mhz: e.mem_mhz,
+        }
+    }
+
     /// NVML total memory, bytes.
     pub const fn total_bytes(&self) -> u64 {
         self.total_mib * MIB
@@ -48,85 +71,36 @@ impl GpuModel {
     }
 }
 
-/// Every supported model.
+/// Every simulated model.
 pub const GPU_MODELS: &[GpuModel] = &[
-    GpuModel {
-        key: "T4-16GB",
-        name: "Tesla T4",
-        total_mib: 15_360,
-        driver_reserved_mib: 246,
-        tdp_w: 70,
-        idle_w: 9,
-        max_sm_mhz: 1590,
-        idle_sm_mhz: 300,
-        mem_mhz: 5001,
-    },
-    GpuModel {
-        key: "L4-24GB",
-        name: "NVIDIA L4",
-        total_mib: 23_034,
-        driver_reserved_mib: 455,
-        tdp_w: 72,
-        idle_w: 16,
-        max_sm_mhz: 2040,
-        idle_sm_mhz: 210,
-        mem_mhz: 6251,
-    },
-    GpuModel {
-        key: "A10-24GB",
-        name: "NVIDIA A10",
-        total_mib: 23_028,
-        driver_reserved_mib: 305,
-        tdp_w: 150,
-        idle_w: 16,
-        max_sm_mhz: 1695,
-        idle_sm_mhz: 210,
-        mem_mhz: 6251,
-    },
-    GpuModel {
-        key: "A100-40GB",
-        name: "NVIDIA A100-SXM4-40GB",
-        total_mib: 40_960,
-        driver_reserved_mib: 621,
-        tdp_w: 400,
-        idle_w: 52,
-        max_sm_mhz: 1410,
-        idle_sm_mhz: 210,
-        mem_mhz: 1215,
-    },
-    GpuModel {
-        key: "A100-80GB",
-        name: "NVIDIA A100-SXM4-80GB",
-        total_mib: 81_920,
-        driver_reserved_mib: 870,
-        tdp_w: 400,
-        idle_w: 60,
-        max_sm_mhz: 1410,
-        idle_sm_mhz: 210,
-        mem_mhz: 1593,
-    },
-    GpuModel {
-        key: "H100-80GB",
-        name: "NVIDIA H100 80GB HBM3",
-        total_mib: 81_559,
-        driver_reserved_mib: 551,
-        tdp_w: 700,
-        idle_w: 72,
-        max_sm_mhz: 1980,
-        idle_sm_mhz: 345,
-        mem_mhz: 2619,
-    },
-    GpuModel {
-        key: "H200-141GB",
-        name: "NVIDIA H200",
-        total_mib: 143_771,
-        driver_reserved_mib: 600,
-        tdp_w: 700,
-        idle_w: 78,
-        max_sm_mhz: 1980,
-        idle_sm_mhz: 345,
-        mem_mhz: 3201,
-    },
+    GpuModel::simulated(
+        gpu::T4_16GB,
+        Envelope { tdp_w: 70, idle_w: 9, max_sm_mhz: 1590, idle_sm_mhz: 300, mem_mhz: 5001 },
+    ),
+    GpuModel::simulated(
+        gpu::L4_24GB,
+        Envelope { tdp_w: 72, idle_w: 16, max_sm_mhz: 2040, idle_sm_mhz: 210, mem_mhz: 6251 },
+    ),
+    GpuModel::simulated(
+        gpu::A10_24GB,
+        Envelope { tdp_w: 150, idle_w: 16, max_sm_mhz: 1695, idle_sm_mhz: 210, mem_mhz: 6251 },
+    ),
+    GpuModel::simulated(
+        gpu::A100_40GB,
+        Envelope { tdp_w: 400, idle_w: 52, max_sm_mhz: 1410, idle_sm_mhz: 210, mem_mhz: 1215 },
+    ),
+    GpuModel::simulated(
+        gpu::A100_80GB,
+        Envelope { tdp_w: 400, idle_w: 60, max_sm_mhz: 1410, idle_sm_mhz: 210, mem_mhz: 1593 },
+    ),
+    GpuModel::simulated(
+        gpu::H100_80GB,
+        Envelope { tdp_w: 700, idle_w: 72, max_sm_mhz: 1980, idle_sm_mhz: 345, mem_mhz: 2619 },
+    ),
+    GpuModel::simulated(
+        gpu::H200_141GB,
+        Envelope { tdp_w: 700, idle_w: 78, max_sm_mhz: 1980, idle_sm_mhz: 345, mem_mhz: 3201 },
+    ),
 ];
 
 /// Looks a model up by its key (case-insensitive).

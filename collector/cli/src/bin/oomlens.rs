@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use oomlens_cli::demo::print_demo_outcome;
 use oomlens_cli::demo::{DemoConfig, DemoError, run_demo};
+use oomlens_cli::fit;
 use oomlens_collector::cli::{ChArgs, write_completions, write_man};
 use oomlens_schema::telemetry::{LogArgs, exit_status, init_logging_with, stop_on_signal};
 
@@ -45,6 +46,12 @@ enum Command {
     /// quits; arrows / PgUp / PgDn scroll; +/- interval; p pause); --once prints one frame, and a
     /// stdout that is not a terminal gets plain frames one after another.
     Top(Box<TopArgs>),
+    /// Will this job fit? The memory of one GPU of a transformer job from its shape — weights,
+    /// gradients, optimizer state, activations, attention, context and allocator slack — the
+    /// predicted peak against the GPU, the headroom, the largest micro-batch and sequence that
+    /// fit; with --calibrate corrected by the fleet's OOMs of the same shape. Exits 0 when it
+    /// fits, 1 when it does not, 2 on bad input (docs/fit.md).
+    Fit(Box<FitArgs>),
     /// Fleet reports (`oomlens report capacity`).
     #[command(subcommand)]
     Report(ReportCommand),
@@ -75,6 +82,123 @@ struct ExplainArgs {
     /// Line framing: auto (detect), plain, cri (Kubernetes container logs), docker (json-file).
     #[arg(long, default_value = "auto")]
     format: oomlens_parse::LineFormat,
+}
+
+#[derive(Debug, Args)]
+struct FitArgs {
+    /// Parameters of the whole model: a count with an optional K / M / B / T suffix (7B, 6.74B,
+    /// 350M, 6738415616). Overrides the count of --model-config or the dimensions; alone, the
+    /// activations use the dimensions of the nearest reference model (the report says which).
+    #[arg(long, value_parser = fit::parse_count, help_heading = "Model")]
+    params: Option<u64>,
+    /// A Hugging Face config.json of the model (hidden_size, num_hidden_layers,
+    /// num_attention_heads, num_key_value_heads, vocab_size, intermediate_size,
+    /// max_position_embeddings, tie_word_embeddings, torch_dtype; or GPT-2's n_embd, n_layer,
+    /// n_head): the parameter count and the dimensions. The dimension flags override its values.
+    #[arg(long, value_name = "CONFIG_JSON", help_heading = "Model")]
+    model_config: Option<PathBuf>,
+    /// Hidden size (with --layers and --heads: the architecture without --model-config).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    hidden: Option<u64>,
+    /// Transformer layers.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    layers: Option<u64>,
+    /// Attention (query) heads.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    heads: Option<u64>,
+    /// Key/value heads for grouped-query attention [default: --heads].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    kv_heads: Option<u64>,
+    /// Vocabulary size [default: the config's, else 32000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    vocab: Option<u64>,
+    /// MLP hidden size: given, the MLP is Llama-style (gate, up and down matrices); without it
+    /// GPT-style with 4 × hidden [default: the config's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Model")]
+    intermediate: Option<u64>,
+    /// train (weights, gradients, optimizer state, activations) or inference (weights, KV cache,
+    /// a working set).
+    #[arg(long, value_enum, default_value = "train", help_heading = "Job")]
+    mode: fit::Mode,
+    /// Weight precision: fp32, bf16, fp16, fp8, int8, int4 (int8 / int4: inference only)
+    /// [default: the config's torch_dtype, else bf16]. 16-bit and fp8 training is mixed
+    /// precision (fp32 master weights in the optimizer state).
+    #[arg(long, value_parser = fit::parse_precision, help_heading = "Job")]
+    precision: Option<oomlens_schema::memory::Precision>,
+    /// Optimizer: adamw, adam (12 B/param of state in mixed precision, 8 in fp32), sgd (with
+    /// momentum: 8 / 4), adam8bit (6 / 2), none. Ignored for inference.
+    #[arg(long, value_parser = fit::parse_optimizer, default_value = "adamw", help_heading = "Job")]
+    optimizer: oomlens_schema::memory::Optimizer,
+    /// ZeRO stage: 1 shards the optimizer state over --dp, 2 also the gradients, 3 also the weights.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3), help_heading = "Job")]
+    zero: u8,
+    /// Tensor-parallel degree (weights, activations and heads split over it).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Job")]
+    tp: u32,
+    /// Pipeline-parallel degree (layers split over it; the first stage keeps --pp micro-batches
+    /// in flight).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Job")]
+    pp: u32,
+    /// Data-parallel degree (what ZeRO shards over).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Job")]
+    dp: u32,
+    /// Micro-batch per GPU, in sequences.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Job")]
+    batch: u64,
+    /// Sequence length, in tokens (inference: prompt + generated tokens in the KV cache).
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Job")]
+    seq: u64,
+    /// Activation recomputation: none, selective (attention scores recomputed) or full (only each
+    /// layer's input kept); the flag alone means full.
+    #[arg(
+        long,
+        value_enum,
+        num_args = 0..=1,
+        default_value = "none",
+        default_missing_value = "full",
+        help_heading = "Job"
+    )]
+    checkpointing: fit::Checkpointing,
+    /// FlashAttention (or another fused attention): no s × s score matrices are kept.
+    #[arg(long, help_heading = "Job")]
+    flash_attention: bool,
+    /// Tensor parallelism without sequence parallelism (the norm and dropout activations are
+    /// then replicated on every TP rank).
+    #[arg(long, help_heading = "Job")]
+    no_sequence_parallel: bool,
+    /// Share of the caching allocator's reserved memory lost to slack and fragmentation, percent.
+    #[arg(
+        long,
+        default_value_t = fit::DEFAULT_SLACK_PCT,
+        value_parser = clap::value_parser!(u32).range(0..=90),
+        help_heading = "Job"
+    )]
+    slack_pct: u32,
+    /// The GPU model, e.g. "H100 80GB", H100-80GB, "NVIDIA A100-SXM4-40GB", "RTX 4090" (an
+    /// unknown name lists the known ones).
+    #[arg(long, help_heading = "GPU")]
+    gpu: Option<String>,
+    /// The GPU's usable memory instead of a model: 80GiB, 24GB (decimal), 81559MiB.
+    #[arg(long, value_parser = fit::parse_bytes, conflicts_with = "gpu", help_heading = "GPU")]
+    gpu_memory: Option<u64>,
+    /// Correct the estimate by the fleet: the OOM events of the same shape stored in ClickHouse
+    /// (oom_attributions) and their workloads' process samples (needs the ClickHouse flags).
+    #[arg(long, help_heading = "Fleet calibration")]
+    calibrate: bool,
+    /// With --calibrate: observations at or after (a duration before now, RFC 3339 or epoch ms).
+    #[arg(long, default_value = "30d", help_heading = "Fleet calibration")]
+    since: String,
+    /// With --calibrate: observations before.
+    #[arg(long, default_value = "now", help_heading = "Fleet calibration")]
+    until: String,
+    /// With --calibrate: parameter counts within this many percent count as the same shape.
+    #[arg(long, default_value_t = 3.0, help_heading = "Fleet calibration")]
+    params_tolerance_pct: f64,
+    #[command(flatten, next_help_heading = "ClickHouse (with --calibrate)")]
+    ch: ChArgs,
+    /// Print the report as one JSON document.
+    #[arg(long, help_heading = "Output")]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -353,6 +477,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Postmortem(a) => run_postmortem(*a).await,
         Command::Top(a) => run_top(*a).await,
+        Command::Fit(a) => {
+            let code = match run_fit(*a).await {
+                Ok(true) => 0,
+                Ok(false) => 1,
+                Err(e) => {
+                    eprintln!("oomlens fit: {e:#}");
+                    2
+                }
+            };
+            std::process::exit(code);
+        }
         Command::Report(ReportCommand::Capacity(a)) => run_capacity(*a).await,
         Command::Attribute(a) => run_attribute(*a).await,
         Command::Completions { shell } => {
@@ -365,6 +500,83 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             oomlens_cli::report::run_sql_command(&a.ch, a.list, a.name.as_deref(), &a.params).await
         }
     }
+}
+
+/// `oomlens fit`: whether the job fits (errors: bad input, or the fleet could not be read).
+async fn run_fit(a: FitArgs) -> anyhow::Result<bool> {
+    use oomlens_cli::fit::calibrate::{self, ShapeQuery};
+    use oomlens_cli::fit::report::FitReport;
+    use oomlens_cli::fit::{Dims, Job, Mode, ParamsSource, resolve_arch, resolve_gpu};
+    use oomlens_cli::timearg::{Window, now_ms, parse_window};
+    use oomlens_collector::clickhouse::Ch;
+    use oomlens_schema::memory::{Optimizer, Precision};
+
+    let dims = Dims {
+        hidden: a.hidden,
+        layers: a.layers,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        vocab: a.vocab,
+        intermediate: a.intermediate,
+    };
+    let (arch, arch_source) = resolve_arch(a.params, a.model_config.as_deref(), dims)?;
+    let gpu = resolve_gpu(a.gpu.as_deref(), a.gpu_memory)?;
+    let (params, params_source) = match a.params {
+        Some(p) => (p, ParamsSource::Given),
+        None => (arch.params(), ParamsSource::Counted),
+    };
+    let optimizer = match a.mode {
+        Mode::Train => a.optimizer,
+        Mode::Inference => Optimizer::None,
+    };
+    if a.mode == Mode::Inference && (a.zero > 0 || a.checkpointing != fit::Checkpointing::None) {
+        tracing::warn!("--zero and --checkpointing do not apply to inference: ignored");
+    }
+    let job = Job {
+        mode: a.mode,
+        params,
+        params_source,
+        precision: a.precision.or(arch.dtype).unwrap_or(Precision::Bf16),
+        arch,
+        arch_source,
+        optimizer,
+        zero_stage: if a.mode == Mode::Train { a.zero } else { 0 },
+        tp: a.tp,
+        pp: a.pp,
+        dp: a.dp,
+        batch: a.batch,
+        seq: a.seq,
+        checkpointing: if a.mode == Mode::Train { a.checkpointing } else { fit::Checkpointing::None },
+        flash_attention: a.flash_attention,
+        sequence_parallel: !a.no_sequence_parallel,
+        slack_pct: a.slack_pct,
+    };
+    job.validate()?;
+    let calibration = if a.calibrate {
+        if !(a.params_tolerance_pct.is_finite() && (0.0..100.0).contains(&a.params_tolerance_pct)) {
+            anyhow::bail!("--params-tolerance-pct must be between 0 and 100");
+        }
+        let Window { since_ms, until_ms } = parse_window(&a.since, &a.until, now_ms())?;
+        let cfg = a.ch.clickhouse().context("ClickHouse settings")?;
+        let ch = Ch::connect(&cfg).await.context("cannot connect to ClickHouse")?;
+        let q = ShapeQuery { since_ms, until_ms, params_tolerance: a.params_tolerance_pct / 100.0 };
+        let obs = calibrate::observe(ch.client(), &cfg.database, &job, &q)
+            .await
+            .context("cannot read the fleet's observations of the shape")?;
+        Some(calibrate::calibrate(&obs, job.estimate().peak_bytes, &gpu))
+    } else {
+        None
+    };
+    let report = FitReport::build(job, gpu, calibration);
+    let mut out = std::io::stdout().lock();
+    let written = if a.json { report.write_json(&mut out) } else { report.write_text(&mut out) };
+    match written {
+        Ok(()) => {}
+        // A reader closing the pipe (`| head`) does not change the answer.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(anyhow::Error::new(e).context("cannot write the report")),
+    }
+    Ok(report.fits)
 }
 
 async fn run_top(a: TopArgs) -> anyhow::Result<()> {
