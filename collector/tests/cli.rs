@@ -155,6 +155,8 @@ fn every_metric_is_documented_in_operations_md() {
     let mut registry = prometheus_client::registry::Registry::default();
     let stats = std::sync::Arc::new(oomlens_collector::clickhouse::sink::SinkStats::default());
     let _metrics = oomlens_collector::metrics::CollectorMetrics::register(&mut registry, Some(stats));
+    let alerts = oomlens_collector::metrics::AlertMetrics::register(&mut registry);
+    alerts.init_target("alertmanager");
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     let names = oomlens_devkit::clitest::assert_metrics_documented(

@@ -2,11 +2,14 @@
 //! product's libraries.
 //!
 //! * [`devch`] — a throw-away local ClickHouse server (tests, `oomlens demo`, the benches).
+//! * [`devzk`] — a throw-away ZooKeeper (replicated ClickHouse tests).
+//! * [`devam`] — a throw-away Alertmanager (the OOM alert tests and bench).
 //! * [`tinyfs`] — a small tmpfs that fills up (disk-full tests).
 //! * [`clitest`] — running a workspace binary in a test and reading its output, the repository
 //!   root, and the checks that every Prometheus metric a binary registers is documented.
 
 pub mod clitest;
+pub mod devam;
 pub mod devch;
 pub mod devzk;
 pub mod tinyfs;

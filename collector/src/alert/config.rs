@@ -4,7 +4,8 @@
 //!
 //! Secrets stay out of the file: a webhook `url`, and any value of `headers` /
 //! `alertmanager_headers`, written `env:NAME` is read from the environment variable `NAME` when the
-//! collector starts (an unset variable is a configuration error). `print-config` shows header
+//! collector starts the alerts (an unset variable stops the start, naming it; the `oomlens` CLI and
+//! `migrate`, which read the same file, need none of them). `print-config` shows header
 //! values and webhook paths as `<redacted>`.
 
 use std::collections::BTreeMap;
@@ -189,13 +190,27 @@ pub fn check_url(key: &str, url: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
+/// `env:NAME` with a usable variable name, or a literal value that `ok` accepts.
+fn check_value(key: &str, value: &str, ok: impl Fn(&str) -> Result<(), String>) -> Result<(), String> {
+    match value.strip_prefix(ENV_PREFIX) {
+        Some(var) if var.is_empty() || var.contains(['=', '\0']) => {
+            Err(format!("{key}: {value:?} does not name an environment variable"))
+        }
+        // Read when the collector starts (the CLI reading the same file needs none of them).
+        Some(_) => Ok(()),
+        None => ok(value),
+    }
+}
+
 fn check_headers(key: &str, headers: &BTreeMap<String, String>) -> Result<(), String> {
     for (name, value) in headers {
         http::HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("{key}: {name:?} is not a valid header name"))?;
-        let value = resolve_secret(&format!("{key}.{name}"), value)?;
-        http::HeaderValue::from_str(&value)
-            .map_err(|_| format!("{key}.{name}: the value is not a valid header value"))?;
+        check_value(&format!("{key}.{name}"), value, |v| {
+            http::HeaderValue::from_str(v)
+                .map(drop)
+                .map_err(|_| format!("{key}.{name}: the value is not a valid header value"))
+        })?;
     }
     Ok(())
 }
@@ -219,7 +234,8 @@ impl AlertsSection {
             .then(|| self.scenarios.iter().filter_map(|s| s.parse::<Scenario>().ok()).collect())
     }
 
-    /// Checks every key: URLs, headers, `env:` variables, label names, templates, ranges, TLS files.
+    /// Checks every key: URLs, headers, label names, templates, ranges, TLS files. `env:`
+    /// variables are read (and must be set) only when the collector starts the alerts.
     pub fn validate(&self) -> Result<(), String> {
         for (i, url) in self.alertmanager_urls.iter().enumerate() {
             let uri = check_url(&format!("alerts.alertmanager_urls[{i}]"), url)?;
@@ -230,7 +246,7 @@ impl AlertsSection {
         check_headers("alerts.alertmanager_headers", &self.alertmanager_headers)?;
         for (i, hook) in self.webhooks.iter().enumerate() {
             let key = format!("alerts.webhooks[{i}].url");
-            check_url(&key, &resolve_secret(&key, &hook.url)?)?;
+            check_value(&key, &hook.url, |url| check_url(&key, url).map(drop))?;
             check_headers(&format!("alerts.webhooks[{i}].headers"), &hook.headers)?;
         }
         if !(0.0..=1.0).contains(&self.min_confidence) {
@@ -353,7 +369,7 @@ mod tests {
             ("alertmanager_urls = ['http://u:p@am:9093']", "credentials"),
             ("alertmanager_urls = ['http://am:9093/?x=1']", "query"),
             ("webhooks = [{ url = 'not a url' }]", "alerts.webhooks[0].url"),
-            ("webhooks = [{ url = 'env:OOMLENS_TEST_NO_SUCH_VARIABLE' }]", "OOMLENS_TEST_NO_SUCH_VARIABLE"),
+            ("webhooks = [{ url = 'env:' }]", "does not name an environment variable"),
             ("webhooks = [{ url = 'http://x', headers = { 'bad header' = 'v' } }]", "header name"),
             ("alertmanager_headers = { Authorization = \"a\\nb\" }", "header value"),
             ("min_confidence = 80.0", "alerts.min_confidence"),

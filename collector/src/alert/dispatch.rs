@@ -403,5 +403,13 @@ mod tests {
         assert_eq!((t[0].batch_size(), t[2].batch_size()), (alertmanager::BATCH, 1));
         assert_eq!(t[2].kind, TargetKind::Webhook(WebhookFormat::Slack));
         assert!(!t[2].name.contains("SECRET"), "{}", t[2].name);
+        let unset: AlertsSection =
+            toml::from_str("[[webhooks]]\nurl = 'env:OOMLENS_TEST_NO_SUCH_VARIABLE'\n").unwrap();
+        unset.validate().unwrap();
+        let err = Target::all(&unset).unwrap_err().to_string();
+        assert!(
+            err.contains("OOMLENS_TEST_NO_SUCH_VARIABLE") && err.contains("alerts.webhooks[0].url"),
+            "{err}"
+        );
     }
 }
