@@ -27,7 +27,7 @@ use oomlens_collector::analysis::json::EventJson;
 use oomlens_collector::analysis::store::{self, AttributeOptions};
 use oomlens_collector::analysis::{EventEvidence, OomFeatures, attribute};
 use oomlens_collector::metrics::{AlertMetrics, failed_labels, target_labels};
-use oomlens_devkit::devam::DevAlertmanager;
+use oomlens_devkit::devam::{DevAlertmanager, DevAmTls};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -371,6 +371,66 @@ async fn a_stalled_receiver_bounds_the_queue_and_counts_the_drops() {
     assert!(wait_until(Duration::from_secs(5), || counter(&m.alerts_sent, hooks.clone()) == 5).await);
     assert_eq!(m.alerts_queued.get_or_create(&hooks).get(), 0);
     alerting.shutdown(Duration::from_secs(1)).await;
+}
+
+/// An Alertmanager behind mutual TLS: the alert goes over HTTPS, verified against `alerts.tls_ca`
+/// and presenting `alerts.tls_cert`; without the client certificate the handshake is refused and
+/// the alert is given up after its retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alertmanager_over_mutual_tls() {
+    if !alertmanager_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = oomlens_collector::ingest::certs::mint_dev_pki(
+        dir.path(),
+        &["127.0.0.1".to_owned()],
+        "test",
+        &["alert-sender".to_owned()],
+        2,
+    )
+    .unwrap();
+    let receiver = Receiver::start().await;
+    let tls = DevAmTls {
+        cert: pki.collector.cert.clone(),
+        key: pki.collector.key.clone(),
+        client_ca: Some(pki.ca.clone()),
+    };
+    let am = DevAlertmanager::start_tls(&receiver.url("am-tls"), &tls).unwrap();
+    assert!(am.url().starts_with("https://"));
+    let client = &pki.agents[0].1;
+    let cfg = AlertsSection {
+        alertmanager_urls: vec![am.url()],
+        tls_ca: Some(pki.ca.clone()),
+        tls_cert: Some(client.cert.clone()),
+        tls_key: Some(client.key.clone()),
+        ..AlertsSection::default()
+    };
+    let m = metrics();
+    let alerting = Alerting::start(&cfg, None, m.clone()).unwrap();
+    alerting.send(alert(&alerting, 555));
+    let note = receiver.wait_for("am-tls", 1).await.remove(0);
+    assert_eq!(note["alerts"][0]["labels"]["event_id"], "555", "{note}");
+    assert_eq!(counter(&m.alerts_sent, target_labels("alertmanager")), 1);
+    alerting.shutdown(Duration::from_secs(1)).await;
+
+    // No client certificate: refused at the handshake, retried, given up.
+    let cfg = AlertsSection {
+        tls_cert: None,
+        tls_key: None,
+        max_retries: 1,
+        retry_initial_ms: 10,
+        retry_max_ms: 10,
+        ..cfg
+    };
+    let m = metrics();
+    let alerting = Alerting::start(&cfg, None, m.clone()).unwrap();
+    alerting.send(alert(&alerting, 556));
+    let failed = || counter(&m.alerts_failed, failed_labels("alertmanager", "retries")) == 1;
+    assert!(wait_until(Duration::from_secs(10), failed).await);
+    assert_eq!(counter(&m.alerts_sent, target_labels("alertmanager")), 0);
+    alerting.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(receiver.got("am-tls").len(), 1, "nothing arrived without the client certificate");
 }
 
 /// One `oom_events` row in the fixtures' shape, for `node`, failed `age_ms` ago.

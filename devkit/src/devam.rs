@@ -3,6 +3,8 @@
 //! its storage in a temporary directory, one route sending every alert group to a webhook
 //! receiver the test runs (`group_by: ['...']`: one notification per alert, `group_wait` 100 ms);
 //! killed on drop. [`DevAlertmanager::get`] reads its API with a plain HTTP/1.0 request.
+//! [`DevAlertmanager::start_tls`] serves HTTPS instead (`--web.config.file`), optionally requiring
+//! a client certificate.
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -57,12 +59,24 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DevAmError {
     move |source| DevAmError::Io { what, source }
 }
 
+/// HTTPS for the Alertmanager's API (its `--web.config.file`).
+#[derive(Debug, Clone)]
+pub struct DevAmTls {
+    /// Server certificate (PEM), valid for 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its key (PEM).
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
 /// A running Alertmanager; killed on drop.
 #[derive(Debug)]
 pub struct DevAlertmanager {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    tls: bool,
 }
 
 impl DevAlertmanager {
@@ -101,17 +115,46 @@ impl DevAlertmanager {
 
     /// Starts one with the configuration `yaml` and waits until it is ready.
     pub fn start_with_config(yaml: &str) -> Result<DevAlertmanager, DevAmError> {
+        Self::launch(yaml, None)
+    }
+
+    /// Starts one routing every alert to `webhook_url` that serves its API over HTTPS with `tls`
+    /// ([`Self::url`] is `https://127.0.0.1:PORT`; [`Self::get`] does not work on it).
+    pub fn start_tls(webhook_url: &str, tls: &DevAmTls) -> Result<DevAlertmanager, DevAmError> {
+        Self::launch(&Self::webhook_config(webhook_url), Some(tls))
+    }
+
+    fn launch(yaml: &str, tls: Option<&DevAmTls>) -> Result<DevAlertmanager, DevAmError> {
         let binary = Self::binary().ok_or(DevAmError::NotInstalled)?;
         let dir =
             tempfile::Builder::new().prefix("oomlens-devam-").tempdir().map_err(io("temporary directory"))?;
         let config = dir.path().join("alertmanager.yml");
         std::fs::write(&config, yaml).map_err(io("writing the configuration"))?;
+        let web_config = dir.path().join("web.yml");
+        if let Some(tls) = tls {
+            let mut web = format!(
+                "tls_server_config:\n  cert_file: '{}'\n  key_file: '{}'\n",
+                tls.cert.display(),
+                tls.key.display()
+            );
+            if let Some(ca) = &tls.client_ca {
+                web.push_str(&format!(
+                    "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: '{}'\n",
+                    ca.display()
+                ));
+            }
+            std::fs::write(&web_config, web).map_err(io("writing the web configuration"))?;
+        }
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("a free port"))?;
         let port = listener.local_addr().map_err(io("a free port"))?.port();
         drop(listener);
         let log = std::fs::File::create(dir.path().join("alertmanager.log")).map_err(io("the log file"))?;
         let err = log.try_clone().map_err(io("the log file"))?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if tls.is_some() {
+            command.arg(format!("--web.config.file={}", web_config.display()));
+        }
+        let child = command
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.path={}", dir.path().join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
@@ -122,10 +165,17 @@ impl DevAlertmanager {
             .stderr(err)
             .spawn()
             .map_err(io("starting Alertmanager"))?;
-        let mut am = DevAlertmanager { child: Some(child), port, dir };
+        let mut am = DevAlertmanager { child: Some(child), port, dir, tls: tls.is_some() };
         let start = Instant::now();
         while start.elapsed() < START_TIMEOUT {
-            if am.get("/-/ready").is_ok() {
+            // Over HTTPS a plain request is answered 400 ("Client sent an HTTP request to an
+            // HTTPS server"): it listens.
+            let ready = match am.get("/-/ready") {
+                Ok(_) => true,
+                Err(DevAmError::Status { .. }) => am.tls,
+                Err(_) => false,
+            };
+            if ready {
                 return Ok(am);
             }
             if let Some(c) = am.child.as_mut()
@@ -147,9 +197,10 @@ impl DevAlertmanager {
         lines.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
-    /// Its base URL (`http://127.0.0.1:PORT`).
+    /// Its base URL (`http://127.0.0.1:PORT`, `https://…` with TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The body of `GET <path>` (HTTP 200 only).

@@ -288,7 +288,11 @@ impl AlertsSection {
             }
         }
         Template::parse("alerts.postmortem_command", &self.postmortem_command, TemplateUse::Shell)?;
-        Template::parse("alerts.generator_url", &self.generator_url, TemplateUse::Url)?;
+        let generator = Template::parse("alerts.generator_url", &self.generator_url, TemplateUse::Url)?;
+        if !generator.is_empty() {
+            // Alertmanager refuses an alert whose generatorURL is not a URL.
+            check_url("alerts.generator_url", &generator.render(|_| "x".to_owned()))?;
+        }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err("alerts.tls_cert and alerts.tls_key go together: set both or neither".to_owned());
         }
@@ -383,6 +387,7 @@ mod tests {
             ("labels = { 'team-x' = 'a' }", "not a label name"),
             ("postmortem_command = 'oomlens postmortem {event}'", "alerts.postmortem_command"),
             ("generator_url = 'https://g/{cluster'", "alerts.generator_url"),
+            ("generator_url = 'grafana/d/{node}'", "alerts.generator_url"),
             ("tls_cert = '/c.pem'", "together"),
             ("tls_ca = ''", "alerts.tls_ca"),
         ] {

@@ -173,6 +173,7 @@ pub struct Dispatcher {
     lanes: Vec<Lane>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     metrics: Arc<AlertMetrics>,
+    drop_warnings: WarnLimiter,
 }
 
 /// What the dispatcher needs besides its targets.
@@ -218,7 +219,7 @@ impl Dispatcher {
                 recent: Mutex::new(RecentKeys::new(settings.dedup_entries, settings.dedup_ttl)),
             });
         }
-        Dispatcher { lanes, tasks: Mutex::new(tasks), metrics }
+        Dispatcher { lanes, tasks: Mutex::new(tasks), metrics, drop_warnings: WarnLimiter::default() }
     }
 
     /// Queues `alert` for every target that has not had its event yet (counted as deduplicated
@@ -237,11 +238,17 @@ impl Dispatcher {
             match lane.queue.push(alert.clone()) {
                 Some(dropped) => {
                     self.metrics.alerts_dropped.get_or_create(&labels).inc();
-                    tracing::warn!(
-                        target = %lane.target.name,
-                        dropped_event_id = %dropped.event.event_id,
-                        "alert queue full (alerts.queue_capacity): dropped the oldest waiting alert"
-                    );
+                    let (log, summary) = self.drop_warnings.allow("queue_full");
+                    if let Some(summary) = summary {
+                        tracing::warn!(suppressed = %summary, "alert drops not logged in the last minute");
+                    }
+                    if log {
+                        tracing::warn!(
+                            target = %lane.target.name,
+                            dropped_event_id = %dropped.event.event_id,
+                            "alert queue full (alerts.queue_capacity): dropped the oldest waiting alert"
+                        );
+                    }
                 }
                 None => {
                     self.metrics.alerts_queued.get_or_create(&labels).inc();

@@ -20,6 +20,7 @@ use super::queue::BoundedQueue;
 use crate::analysis::attribute;
 use crate::analysis::json::EventJson;
 use crate::analysis::store::features_of;
+use crate::ingest::warnlimit::WarnLimiter;
 use crate::metrics::{AlertMetrics, target_labels};
 
 /// Events per label lookup.
@@ -79,6 +80,7 @@ pub struct Notifier {
     input: Arc<BoundedQueue<PendingEvent>>,
     metrics: Arc<AlertMetrics>,
     target_kinds: Vec<&'static str>,
+    drop_warnings: WarnLimiter,
 }
 
 impl Notifier {
@@ -89,7 +91,7 @@ impl Notifier {
         metrics: Arc<AlertMetrics>,
         target_kinds: Vec<&'static str>,
     ) -> Notifier {
-        Notifier { filter, input, metrics, target_kinds }
+        Notifier { filter, input, metrics, target_kinds, drop_warnings: WarnLimiter::default() }
     }
 
     /// Queues the events of `rows` (just stored by the attributor) that should alert. Never waits.
@@ -107,10 +109,16 @@ impl Notifier {
                 for kind in &self.target_kinds {
                     self.metrics.alerts_dropped.get_or_create(&target_labels(kind)).inc();
                 }
-                tracing::warn!(
-                    dropped_event_id = %dropped.event.event_id,
-                    "alert queue full (alerts.queue_capacity): dropped the oldest attributed event waiting"
-                );
+                let (log, summary) = self.drop_warnings.allow("queue_full");
+                if let Some(summary) = summary {
+                    tracing::warn!(suppressed = %summary, "alert drops not logged in the last minute");
+                }
+                if log {
+                    tracing::warn!(
+                        dropped_event_id = %dropped.event.event_id,
+                        "alert queue full (alerts.queue_capacity): dropped the oldest attributed event waiting"
+                    );
+                }
             }
         }
     }
