@@ -31,12 +31,10 @@ pub struct ClientTlsFiles<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpsTlsError {
     /// A PEM file cannot be read or holds nothing usable.
-    #[error("{section}.{key} ({path}): {source}")]
+    #[error("{key} ({path}): {source}")]
     File {
-        /// The configuration section.
-        section: &'static str,
-        /// The configuration key naming the file.
-        key: &'static str,
+        /// The configuration key naming the file (`clickhouse.tls_ca`).
+        key: String,
         /// The file.
         path: String,
         /// Why it cannot be used.
@@ -70,9 +68,10 @@ pub fn tcp_connector(keepalive: Duration) -> HttpConnector {
 pub fn client_config(files: &ClientTlsFiles<'_>) -> Result<rustls::ClientConfig, HttpsTlsError> {
     let section = files.section;
     let rustls_err = |e| HttpsTlsError::Rustls(section, e);
-    let file_err = |key: &'static str, path: &Path| {
+    let file_err = |key: &str, path: &Path| {
+        let key = format!("{section}.{key}");
         let path = path.display().to_string();
-        move |source| HttpsTlsError::File { section, key, path, source }
+        move |source| HttpsTlsError::File { key, path, source }
     };
     let mut roots = rustls::RootCertStore::empty();
     match files.ca {

@@ -85,7 +85,7 @@ impl Alerting {
         metrics: Arc<AlertMetrics>,
     ) -> Result<Alerting, AlertError> {
         let targets = Target::all(cfg)?;
-        let tls = cfg.any_https().then(|| ClientTlsFiles {
+        let tls = cfg.any_https().then_some(ClientTlsFiles {
             section: "alerts",
             ca: cfg.tls_ca.as_deref(),
             cert: cfg.tls_cert.as_deref(),
