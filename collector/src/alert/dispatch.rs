@@ -238,17 +238,13 @@ impl Dispatcher {
             match lane.queue.push(alert.clone()) {
                 Some(dropped) => {
                     self.metrics.alerts_dropped.get_or_create(&labels).inc();
-                    let (log, summary) = self.drop_warnings.allow("queue_full");
-                    if let Some(summary) = summary {
-                        tracing::warn!(suppressed = %summary, "alert drops not logged in the last minute");
-                    }
-                    if log {
+                    super::warn_limited(&self.drop_warnings, "queue_full", || {
                         tracing::warn!(
                             target = %lane.target.name,
                             dropped_event_id = %dropped.event.event_id,
                             "alert queue full (alerts.queue_capacity): dropped the oldest waiting alert"
                         );
-                    }
+                    });
                 }
                 None => {
                     self.metrics.alerts_queued.get_or_create(&labels).inc();
@@ -310,13 +306,7 @@ impl Sender {
     }
 
     fn warn(&self, kind: &'static str, message: std::fmt::Arguments<'_>) {
-        let (log, summary) = self.warnings.allow(kind);
-        if let Some(summary) = summary {
-            tracing::warn!(target = %self.target.name, suppressed = %summary, "alert failures not logged in the last minute");
-        }
-        if log {
-            tracing::warn!(target = %self.target.name, "{message}");
-        }
+        super::warn_limited(&self.warnings, kind, || tracing::warn!(target = %self.target.name, "{message}"));
     }
 
     async fn deliver(&self, batch: &[Arc<OomAlert>]) {

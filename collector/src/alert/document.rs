@@ -66,7 +66,7 @@ pub struct PostableAlert<'a> {
 impl OomAlert {
     /// The event's identity.
     pub fn key(&self) -> AlertKey {
-        (self.event.cluster.clone(), self.event.node.clone(), self.event.event_id.parse().unwrap_or_default())
+        key_of(&self.event)
     }
 
     /// The alert as Alertmanager takes it.
@@ -84,6 +84,11 @@ impl OomAlert {
     pub fn summary(&self) -> &str {
         self.annotations.get("summary").map_or("", String::as_str)
     }
+}
+
+/// An event's identity (its id is a decimal string in [`EventJson`]).
+pub fn key_of(event: &EventJson) -> AlertKey {
+    (event.cluster.clone(), event.node.clone(), event.event_id.parse().unwrap_or_default())
 }
 
 /// The event's Kubernetes namespace ('' when unknown).

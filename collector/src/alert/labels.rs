@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::document::AlertKey;
+use super::document::{AlertKey, key_of};
 use crate::analysis::json::EventJson;
 use crate::analysis::queries::is_identifier;
 
@@ -95,8 +95,7 @@ impl LabelSource {
             })
             .collect();
         for e in events.iter_mut() {
-            let key = (e.cluster.clone(), e.node.clone(), e.event_id.parse().unwrap_or_default());
-            if let Some(labels) = by_key.remove(&key) {
+            if let Some(labels) = by_key.remove(&key_of(e)) {
                 e.pod = labels.get("pod").or_else(|| labels.get("k8s.pod")).cloned().unwrap_or_default();
                 e.labels = labels;
             }
@@ -115,14 +114,14 @@ impl LabelSource {
             .await?;
         let mut uuids = GpuUuids::new();
         for e in events.iter() {
-            let (Some(gpu), Ok(id)) = (e.gpu_index, e.event_id.parse::<u64>()) else { continue };
+            let Some(gpu) = e.gpu_index else { continue };
             let uuid = agents
                 .iter()
                 .find(|a| a.cluster == e.cluster && a.node == e.node)
                 .and_then(|a| a.gpu_indices.iter().position(|&i| i == gpu).and_then(|p| a.gpu_uuids.get(p)))
                 .filter(|u| !u.is_empty());
             if let Some(uuid) = uuid {
-                uuids.insert((e.cluster.clone(), e.node.clone(), id), uuid.clone());
+                uuids.insert(key_of(e), uuid.clone());
             }
         }
         Ok(uuids)

@@ -55,6 +55,19 @@ pub use notify::{AlertFilter, Notifier};
 use crate::https::{ClientTlsFiles, HttpsTlsError};
 use crate::metrics::AlertMetrics;
 
+/// Calls `log` when `limiter` lets a warning of `kind` through now (after logging what it held
+/// back in the last window): a failing target or an OOM storm must not flood the log (every
+/// event is still counted in the metrics).
+fn warn_limited(limiter: &crate::ingest::warnlimit::WarnLimiter, kind: &'static str, log: impl FnOnce()) {
+    let (allowed, summary) = limiter.allow(kind);
+    if let Some(summary) = summary {
+        tracing::warn!(suppressed = %summary, "alert warnings not logged in the last minute");
+    }
+    if allowed {
+        log();
+    }
+}
+
 /// The alerts could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AlertError {

@@ -14,7 +14,7 @@ use oomlens_schema::rows::OomAttributionRow;
 
 use super::config::AlertsSection;
 use super::dispatch::Dispatcher;
-use super::document::AlertBuilder;
+use super::document::{AlertBuilder, key_of};
 use super::labels::LabelSource;
 use super::queue::BoundedQueue;
 use crate::analysis::attribute;
@@ -109,16 +109,12 @@ impl Notifier {
                 for kind in &self.target_kinds {
                     self.metrics.alerts_dropped.get_or_create(&target_labels(kind)).inc();
                 }
-                let (log, summary) = self.drop_warnings.allow("queue_full");
-                if let Some(summary) = summary {
-                    tracing::warn!(suppressed = %summary, "alert drops not logged in the last minute");
-                }
-                if log {
+                super::warn_limited(&self.drop_warnings, "queue_full", || {
                     tracing::warn!(
                         dropped_event_id = %dropped.event.event_id,
                         "alert queue full (alerts.queue_capacity): dropped the oldest attributed event waiting"
                     );
-                }
+                });
             }
         }
     }
@@ -141,8 +137,8 @@ pub async fn run_enricher(
         };
         let now = oomlens_schema::text::now_ms();
         for (event, attributed_ms) in events.into_iter().zip(attributed) {
-            let key = (event.cluster.clone(), event.node.clone(), event.event_id.parse().unwrap_or_default());
-            let alert = builder.build(event, uuids.get(&key).map(String::as_str), attributed_ms, now);
+            let uuid = uuids.get(&key_of(&event)).cloned();
+            let alert = builder.build(event, uuid.as_deref(), attributed_ms, now);
             dispatcher.enqueue(Arc::new(alert));
         }
     }
