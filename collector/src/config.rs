@@ -1,5 +1,5 @@
 //! The collector's configuration: one TOML file (`[collector]`, `[clickhouse]`, `[telemetry]`,
-//! `[attribution]`), every field defaulted, unknown keys refused; `OOMLENS_<SECTION>__<KEY>`
+//! `[attribution]`, `[alerts]`), every field defaulted, unknown keys refused; `OOMLENS_<SECTION>__<KEY>`
 //! variables override the file and flags (with their own `OOMLENS_*` variables) override both.
 
 use std::net::SocketAddr;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use oomlens_schema::tls::TlsFiles;
 use serde::{Deserialize, Serialize};
 
+pub use crate::alert::config::AlertsSection;
 use crate::clickhouse::ChConfig;
 use crate::ingest::server::ServerConfig;
 
@@ -175,6 +176,8 @@ pub struct CollectorConfig {
     pub telemetry: TelemetrySection,
     /// The attributor (stored attributions).
     pub attribution: AttributionSection,
+    /// Alerts of attributed OOM events (Alertmanager, webhooks).
+    pub alerts: AlertsSection,
 }
 
 impl CollectorConfig {
@@ -212,13 +215,14 @@ impl CollectorConfig {
         oomlens_schema::config::load_layered(path, vars)
     }
 
-    /// The configuration as TOML (`print-config`), with a non-empty `clickhouse.password`
-    /// replaced by `<redacted>`.
+    /// The configuration as TOML (`print-config`), with a non-empty `clickhouse.password`, the
+    /// alerts' header values and webhook URL paths replaced by `<redacted>`.
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         let mut shown = self.clone();
         if !shown.clickhouse.password.is_empty() {
             shown.clickhouse.password = "<redacted>".to_owned();
         }
+        shown.alerts = shown.alerts.redacted();
         toml::to_string_pretty(&shown)
             .map_err(|e| ConfigError::Invalid(format!("cannot render the configuration: {e}")))
     }
@@ -265,6 +269,14 @@ impl Check for CollectorConfig {
         }
         self.clickhouse.validate().map_err(ConfigError::Invalid)?;
         self.attribution.validate()?;
+        self.alerts.validate().map_err(ConfigError::Invalid)?;
+        if self.alerts.enabled() && !self.attribution.enabled {
+            return Err(ConfigError::Invalid(
+                "alerts.alertmanager_urls / alerts.webhooks need attribution.enabled = true: alerts start \
+                 when the attributor attributes an event"
+                    .to_owned(),
+            ));
+        }
         let c = &mut self.collector;
         let available = c.max_memory_bytes.saturating_sub(BASE_MEMORY_BYTES);
         if c.max_connections == 0 {
@@ -394,7 +406,8 @@ mod tests {
 
     #[test]
     fn every_section_refuses_unknown_keys_and_empty_tls_paths() {
-        for table in ["collector", "clickhouse", "clickhouse.retention", "telemetry", "attribution"] {
+        for table in ["collector", "clickhouse", "clickhouse.retention", "telemetry", "attribution", "alerts"]
+        {
             let text = format!("[{table}]\nno_such_key_x = 1\n");
             let err = toml::from_str::<CollectorConfig>(&text).unwrap_err().to_string();
             assert!(err.contains("no_such_key_x"), "[{table}] accepted an unknown key: {err}");
@@ -481,6 +494,40 @@ mod tests {
             let cfg: CollectorConfig = toml::from_str(&format!("[attribution]\n{bad}\n")).unwrap();
             assert!(cfg.finish().unwrap_err().to_string().contains("attribution."), "{bad}");
         }
+    }
+
+    #[test]
+    fn alerts_are_checked_with_the_rest_and_need_the_attributor() {
+        let cfg = toml::from_str::<CollectorConfig>("").unwrap().finish().unwrap();
+        assert!(!cfg.alerts.enabled());
+        let cfg: CollectorConfig = toml::from_str(
+            "[alerts]\nalertmanager_urls = ['http://am:9093']\nscenarios = ['batch']\nmin_confidence = 0.5\n",
+        )
+        .unwrap();
+        let cfg = cfg.finish().unwrap();
+        assert!(cfg.alerts.enabled());
+        let bad: CollectorConfig = toml::from_str("[alerts]\nqueue_capacity = 0\n").unwrap();
+        assert!(bad.finish().unwrap_err().to_string().contains("alerts.queue_capacity"));
+        let off: CollectorConfig = toml::from_str(
+            "[attribution]\nenabled = false\n[alerts]\nalertmanager_urls = ['http://am:9093']\n",
+        )
+        .unwrap();
+        assert!(off.finish().unwrap_err().to_string().contains("attribution.enabled"));
+        let env =
+            vec![("OOMLENS_ALERTS__ALERTMANAGER_URLS".to_owned(), "http://a:9093,http://b:9093".to_owned())];
+        let cfg = CollectorConfig::load_layered(None, env).unwrap().finish().unwrap();
+        assert_eq!(cfg.alerts.alertmanager_urls, ["http://a:9093", "http://b:9093"]);
+        let mut raw = cfg.into_raw();
+        raw.alerts.webhooks.push(crate::alert::WebhookConfig {
+            url: "https://hooks.example/T/B/s3cret".into(),
+            format: crate::alert::WebhookFormat::Slack,
+            headers: [("Authorization".to_owned(), "Bearer t0ken".to_owned())].into(),
+        });
+        let text = raw.to_toml().unwrap();
+        assert!(
+            !text.contains("s3cret") && !text.contains("t0ken") && text.contains("[[alerts.webhooks]]"),
+            "{text}"
+        );
     }
 
     #[test]

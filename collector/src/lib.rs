@@ -21,11 +21,13 @@
 //! * [`metrics`] — Prometheus `/metrics`.
 //! * [`fault`] — test-only fault points (feature `fault-injection`).
 
+pub mod alert;
 pub mod analysis;
 pub mod cli;
 pub mod clickhouse;
 pub mod config;
 pub mod fault;
+pub mod https;
 pub mod identity;
 pub mod ingest;
 pub mod metrics;

@@ -239,3 +239,130 @@ impl Collector for SinkCollector {
         Ok(())
     }
 }
+
+// --- Alerts (`crate::alert`) and the attributed OOM events by scenario ---------------------------
+
+/// A histogram family (one histogram per label set).
+pub type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn send_seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+fn alert_latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.25, 2.0, 18))
+}
+
+/// The attributed OOM events by scenario (what the OOM-rate alert rule reads) and the alert
+/// senders' metrics, labelled by target kind (`alertmanager`, `webhook`).
+#[derive(Debug)]
+pub struct AlertMetrics {
+    /// OOM events attributed for the first time by this collector's attributor, by scenario.
+    pub oom_events_attributed: Family<Labels, Counter>,
+    /// Alerts a target accepted (2xx), by target kind.
+    pub alerts_sent: Family<Labels, Counter>,
+    /// Alerts given up, by target kind and reason (`rejected`: a 4xx, not retried; `retries`:
+    /// still failing after `alerts.max_retries`; `encode`: the body could not be built).
+    pub alerts_failed: Family<Labels, Counter>,
+    /// Alerts dropped from a full queue (the oldest waiting one), by target kind.
+    pub alerts_dropped: Family<Labels, Counter>,
+    /// Alerts not queued because the target already got the event, by target kind.
+    pub alerts_deduplicated: Family<Labels, Counter>,
+    /// Attributed events that did not alert, by reason (`confidence`, `scenario`, `age`).
+    pub alerts_filtered: Family<Labels, Counter>,
+    /// Alerts waiting to be sent, by target kind.
+    pub alerts_queued: Family<Labels, Gauge>,
+    /// Seconds per request to a target (each try), by target kind.
+    pub alert_send_seconds: HistogramFamily,
+    /// Seconds from an OOM (its failure time) to its alert accepted by a target, by target kind
+    /// (the attribution's settle delay and interval included).
+    pub alert_latency_seconds: HistogramFamily,
+}
+
+impl AlertMetrics {
+    /// Creates and registers the metrics under `oomlens_collector` (every scenario's counter at 0).
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let m = AlertMetrics {
+            oom_events_attributed: Family::default(),
+            alerts_sent: Family::default(),
+            alerts_failed: Family::default(),
+            alerts_dropped: Family::default(),
+            alerts_deduplicated: Family::default(),
+            alerts_filtered: Family::default(),
+            alerts_queued: Family::default(),
+            alert_send_seconds: Family::new_with_constructor(send_seconds_histogram),
+            alert_latency_seconds: Family::new_with_constructor(alert_latency_histogram),
+        };
+        for s in oomlens_schema::Scenario::ALL {
+            let _ = m.oom_events_attributed.get_or_create(&vec![("scenario", s.as_str().to_owned())]);
+        }
+        let r = registry.sub_registry_with_prefix("oomlens_collector");
+        r.register(
+            "oom_events_attributed",
+            "OOM events attributed for the first time by this collector, by scenario",
+            m.oom_events_attributed.clone(),
+        );
+        r.register("alerts_sent", "OOM alerts accepted by a target, by target kind", m.alerts_sent.clone());
+        r.register(
+            "alerts_failed",
+            "OOM alerts given up (rejected or out of retries), by target kind and reason",
+            m.alerts_failed.clone(),
+        );
+        r.register(
+            "alerts_dropped",
+            "OOM alerts dropped from a full queue (the oldest), by target kind",
+            m.alerts_dropped.clone(),
+        );
+        r.register(
+            "alerts_deduplicated",
+            "OOM alerts not sent again for an event the target already got, by target kind",
+            m.alerts_deduplicated.clone(),
+        );
+        r.register(
+            "alerts_filtered",
+            "Attributed OOM events that did not alert, by reason",
+            m.alerts_filtered.clone(),
+        );
+        r.register("alerts_queued", "OOM alerts waiting to be sent, by target kind", m.alerts_queued.clone());
+        r.register(
+            "alert_send_seconds",
+            "Duration of one request to an alert target, by target kind",
+            m.alert_send_seconds.clone(),
+        );
+        r.register(
+            "alert_latency_seconds",
+            "OOM failure to its alert accepted by a target, by target kind",
+            m.alert_latency_seconds.clone(),
+        );
+        Arc::new(m)
+    }
+
+    /// Creates the children of target kind `target` (exported at 0 before the first alert).
+    pub fn init_target(&self, target: &str) {
+        let l = target_labels(target);
+        let _ = self.alerts_sent.get_or_create(&l);
+        let _ = self.alerts_dropped.get_or_create(&l);
+        let _ = self.alerts_deduplicated.get_or_create(&l);
+        let _ = self.alerts_queued.get_or_create(&l);
+        for reason in ["rejected", "retries"] {
+            let _ = self.alerts_failed.get_or_create(&failed_labels(target, reason));
+        }
+    }
+
+    /// Counts rows of newly attributed events by their scenario.
+    pub fn count_attributed<'a>(&self, scenarios: impl IntoIterator<Item = &'a str>) {
+        for s in scenarios {
+            self.oom_events_attributed.get_or_create(&vec![("scenario", s.to_owned())]).inc();
+        }
+    }
+}
+
+/// `{target="…"}`.
+pub fn target_labels(target: &str) -> Labels {
+    vec![("target", target.to_owned())]
+}
+
+/// `{target="…", reason="…"}`.
+pub fn failed_labels(target: &str, reason: &str) -> Labels {
+    vec![("target", target.to_owned()), ("reason", reason.to_owned())]
+}

@@ -1,6 +1,7 @@
 //! A whole collector: connect to ClickHouse (retrying while it is unreachable), migrate and check
-//! the schema, start the batched sink, the retention task, the attributor (`[attribution]`), the
-//! telemetry endpoint and the QUIC server; stop them in order. Used by `oomlens-collector serve`, the demo and the tests.
+//! the schema, start the batched sink, the retention task, the attributor (`[attribution]`) with
+//! the OOM alerts it feeds (`[alerts]`), the telemetry endpoint and the QUIC server; stop them in
+//! order. Used by `oomlens-collector serve`, the demo and the tests.
 //!
 //! Readiness (`/readyz`, gauge `clickhouse_up`) follows ClickHouse: a health task pings it every
 //! [`HEALTH_INTERVAL`]; the collector is ready while the ping answers, the writer is running and
@@ -16,10 +17,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info};
 
+use crate::alert::{AlertError, Alerting, LabelSource};
 use crate::clickhouse::{Ch, ChConfig, ChError, Sink, SinkStats};
 use crate::config::ValidConfig;
 use crate::ingest::server::{Server, ServerError};
-use crate::metrics::CollectorMetrics;
+use crate::metrics::{AlertMetrics, CollectorMetrics};
 
 /// The collector could not start.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +43,13 @@ pub enum ServiceError {
     /// Stopped before ClickHouse became reachable.
     #[error("stopped while waiting for ClickHouse at {0}")]
     Stopped(String),
+    /// The alerts could not start (TLS files, an unset `env:` variable).
+    #[error("alerts: {0}")]
+    Alerts(#[from] AlertError),
 }
+
+/// How long queued alerts may still be sent when the collector stops.
+pub const ALERT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Connects to ClickHouse, retrying with back-off (logging each failure clearly) until it answers
 /// or `stop` turns true. Configuration errors are not retried.
@@ -105,11 +113,14 @@ async fn watch_health(ch: Ch, stats: Arc<SinkStats>, readiness: Readiness, metri
 }
 
 /// Starts the periodic attributor ([`crate::analysis::store::spawn_attributor`]) with its
-/// outcome counted in `metrics`.
+/// outcome counted in `metrics`, the newly attributed events counted by scenario and, with
+/// `alerts`, offered to them.
 fn spawn_attributor(
     ch: &Ch,
     cfg: &crate::config::AttributionSection,
     metrics: Arc<CollectorMetrics>,
+    alert_metrics: Arc<AlertMetrics>,
+    alerts: Option<&Alerting>,
 ) -> JoinHandle<()> {
     use crate::analysis::store;
     let observer: store::PassObserver = Box::new(move |result, took| {
@@ -124,8 +135,21 @@ fn spawn_attributor(
             }
         }
     });
+    let notifier = alerts.map(Alerting::notifier);
+    let hook: store::AttributedHook = Box::new(move |rows| {
+        alert_metrics.count_attributed(crate::alert::notify::scenarios(rows));
+        if let Some(n) = &notifier {
+            n.offer(rows);
+        }
+    });
     info!(interval_ms = cfg.interval_ms, settle_ms = cfg.settle_ms, "attributor started");
-    store::spawn_attributor(ch.client().clone(), ch.database().to_owned(), cfg.settings(), observer)
+    store::spawn_attributor(
+        ch.client().clone(),
+        ch.database().to_owned(),
+        cfg.settings(),
+        observer,
+        Some(hook),
+    )
 }
 
 /// A running collector.
@@ -139,6 +163,8 @@ pub struct RunningCollector {
     pub sink_stats: Arc<SinkStats>,
     /// Connection metrics.
     pub metrics: Arc<CollectorMetrics>,
+    /// The alerts' metrics and the attributed events by scenario.
+    pub alert_metrics: Arc<AlertMetrics>,
     /// Readiness as `/readyz` reports it.
     pub readiness: Readiness,
     shutdown: watch::Sender<bool>,
@@ -146,6 +172,7 @@ pub struct RunningCollector {
     server: JoinHandle<()>,
     sink_task: crate::clickhouse::SinkTask,
     background: Vec<JoinHandle<()>>,
+    alerts: Option<Alerting>,
 }
 
 impl RunningCollector {
@@ -155,6 +182,9 @@ impl RunningCollector {
         let _ = self.server.await;
         for t in &self.background {
             t.abort();
+        }
+        if let Some(alerts) = self.alerts {
+            alerts.shutdown(ALERT_SHUTDOWN_GRACE).await;
         }
         // The server's sink handles are gone now; the writer flushes and exits.
         if let Err(e) = self.sink_task.join().await {
@@ -176,6 +206,9 @@ impl RunningCollector {
         self.sink_task.abort();
         for t in &self.background {
             t.abort();
+        }
+        if let Some(alerts) = self.alerts {
+            alerts.abort();
         }
     }
 }
@@ -199,12 +232,39 @@ pub async fn start(
     }
     let health_ch = ch.clone();
     let attributor_ch = ch.clone();
+    let alerts = cfg.alerts.enabled().then(|| {
+        let labels = LabelSource {
+            client: ch.client().clone(),
+            database: ch.database().to_owned(),
+            timeout: Duration::from_millis(cfg.alerts.timeout_ms),
+        };
+        (cfg.alerts.clone(), labels)
+    });
     let (sink, sink_task) = Sink::spawn(ch, &cfg.clickhouse, cfg.collector.collector_id.clone());
     let sink_stats = sink.stats();
     let mut registry = Registry::default();
     let metrics = CollectorMetrics::register(&mut registry, Some(sink_stats.clone()));
+    let alert_metrics = AlertMetrics::register(&mut registry);
+    let alerts = match alerts {
+        Some((section, labels)) => {
+            let alerting = Alerting::start(&section, Some(labels), alert_metrics.clone())?;
+            info!(
+                alertmanagers = section.alertmanager_urls.len(),
+                webhooks = section.webhooks.len(),
+                "OOM alerts on"
+            );
+            Some(alerting)
+        }
+        None => None,
+    };
     if cfg.attribution.enabled {
-        background.push(spawn_attributor(&attributor_ch, &cfg.attribution, metrics.clone()));
+        background.push(spawn_attributor(
+            &attributor_ch,
+            &cfg.attribution,
+            metrics.clone(),
+            alert_metrics.clone(),
+            alerts.as_ref(),
+        ));
     }
     let readiness = Readiness::default();
     let telemetry_addr = match cfg.telemetry.listen {
@@ -242,11 +302,13 @@ pub async fn start(
         telemetry_addr,
         sink_stats,
         metrics,
+        alert_metrics,
         readiness,
         shutdown,
         tls,
         server,
         sink_task,
         background,
+        alerts,
     })
 }

@@ -101,6 +101,19 @@ fn layers_file_environment_and_flags_and_hides_the_password() {
             .unwrap(),
     );
     assert!(err.contains("allowed_clusters") || err.contains("--allowed-cluster"), "{err}");
+    let out = ok(bin("oomlens-collector")
+        .args(["serve", "--print-config", "--alertmanager-url", "http://am-0:9093,http://am-1:9093"])
+        .env("OOMLENS_ALERTS__ALERTMANAGER_URLS", "http://env:9093")
+        .output()
+        .unwrap());
+    let cfg: toml::Table = toml::from_str(&out).unwrap();
+    let urls: Vec<&str> =
+        cfg["alerts"]["alertmanager_urls"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(urls, ["http://am-0:9093", "http://am-1:9093"], "the flag wins");
+    let err = failed(
+        bin("oomlens-collector").args(["print-config", "--alertmanager-url", "am:9093"]).output().unwrap(),
+    );
+    assert!(err.contains("alerts.alertmanager_urls[0]") && err.contains("http://"), "{err}");
 }
 
 #[test]
@@ -142,6 +155,8 @@ fn every_metric_is_documented_in_operations_md() {
     let mut registry = prometheus_client::registry::Registry::default();
     let stats = std::sync::Arc::new(oomlens_collector::clickhouse::sink::SinkStats::default());
     let _metrics = oomlens_collector::metrics::CollectorMetrics::register(&mut registry, Some(stats));
+    let alerts = oomlens_collector::metrics::AlertMetrics::register(&mut registry);
+    alerts.init_target("alertmanager");
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     let names = oomlens_devkit::clitest::assert_metrics_documented(

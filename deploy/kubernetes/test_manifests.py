@@ -153,6 +153,9 @@ class Rendering(unittest.TestCase):
             ({"agent": {"image": {"pullPolicy": "Sometimes"}}}, "/agent/image/pullPolicy"),
             ({"collector": {"clickhouse": {"url": "clickhouse:8123"}}}, "/collector/clickhouse/url"),
             ({"certificates": {"agentNodes": ["Bad_Node"]}}, "/certificates/agentNodes/0"),
+            ({"collector": {"alerts": {"alertmanagerUrls": ["am:9093"]}}}, "/collector/alerts/alertmanagerUrls/0"),
+            ({"collector": {"alerts": {"webhooks": [{"url": "https://h/x", "format": "teams"}]}}},
+             "/collector/alerts/webhooks/0/format"),
         ]:
             with self.subTest(where=where):
                 with self.assertRaises(helm_python.HelmError) as err:
@@ -393,6 +396,25 @@ class RealBinaries(unittest.TestCase):
         self.assertIn(f'database = "{env["OOMLENS_CLICKHOUSE_DATABASE"]}"', out)
         self.assertIn('user = "from-secret"', out)
         self.assertNotIn('password = "from-secret"', out, "the password is redacted")
+
+    def test_alert_values_render_an_accepted_alerts_section(self):
+        alerts = {
+            "alertmanagerUrls": ["http://am-0.monitoring:9093", "http://am-1.monitoring:9093"],
+            "webhooks": [{"url": "env:OOMLENS_SLACK_WEBHOOK_URL", "format": "slack"}, {"url": "https://hooks.example/oom"}],
+            "scenarios": ["batch", "contention"],
+            "envFromSecret": "oomlens-alert-secrets",
+        }
+        docs = render.render_chart({"collector": {"alerts": alerts}})
+        container = by_kind(docs, "Deployment", "oomlens-collector")[0]["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(container["envFrom"], [{"secretRef": {"name": "oomlens-alert-secrets"}}])
+        self.assertNotIn("envFrom", by_kind(load_manifests(), "Deployment", "oomlens-collector")[0]["spec"]["template"]
+                         ["spec"]["containers"][0], "no Secret by default")
+        text = by_kind(docs, "ConfigMap", "oomlens-collector")[0]["data"]["collector.toml"]
+        out = self.print_config(ARGS.collector_bin, text)
+        self.assertIn('alertmanager_urls = [\n    "http://am-0.monitoring:9093",\n    "http://am-1.monitoring:9093",\n]', out)
+        self.assertIn('url = "env:OOMLENS_SLACK_WEBHOOK_URL"\nformat = "slack"', out)
+        self.assertIn('format = "json"', out)
+        self.assertIn('scenarios = [\n    "batch",\n    "contention",\n]', out)
 
 
 def main():

@@ -101,6 +101,10 @@ struct ServeArgs {
     /// or repeated. Replaces `collector.allowed_clusters`.
     #[arg(long = "allowed-cluster", env = "OOMLENS_ALLOWED_CLUSTERS", value_delimiter = ',')]
     allowed_clusters: Vec<String>,
+    /// Send an alert for every newly attributed OOM event to these Alertmanagers (base URL, e.g.
+    /// http://alertmanager:9093; comma-separated or repeated). Replaces `alerts.alertmanager_urls`.
+    #[arg(long = "alertmanager-url", env = "OOMLENS_ALERTMANAGER_URLS", value_delimiter = ',')]
+    alertmanager_urls: Vec<String>,
     /// Print the effective configuration as TOML and exit (nothing is started).
     #[arg(long)]
     print_config: bool,
@@ -129,6 +133,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.metrics_listen {
             cfg.telemetry.listen = Some(v);
+        }
+        if !self.alertmanager_urls.is_empty() {
+            cfg.alerts.alertmanager_urls = self.alertmanager_urls.clone();
         }
         Ok(cfg.finish()?)
     }

@@ -165,15 +165,31 @@ pub async fn attribute_pending(
     attribute_pending_with_progress(client, db, opts, &mut |_| {}).await
 }
 
-/// The attributor: computes and stores the attribution of every settled event of the range that
-/// has none yet (every settled event with `force`), chunk by chunk (each chunk is inserted before
-/// the next is computed, so an interrupted pass keeps what it did and the next pass resumes).
-/// `progress` is called after each chunk.
+/// [`attribute_pending_notify`] without telling anyone about the new rows (`oomlens attribute`).
 pub async fn attribute_pending_with_progress(
     client: &clickhouse::Client,
     db: &str,
     opts: &AttributeOptions,
     progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<AttributeReport, AttributionError> {
+    attribute_pending_notify(client, db, opts, progress, &mut |_| {}).await
+}
+
+/// The attributor: computes and stores the attribution of every settled event of the range that
+/// has none yet (every settled event with `force`), chunk by chunk (each chunk is inserted before
+/// the next is computed, so an interrupted pass keeps what it did and the next pass resumes).
+/// `progress` is called after each chunk.
+///
+/// `attributed` receives the rows of each chunk right after they are stored, and only rows of
+/// events attributed for the first time: never the rows of a `force` pass (a recompute) nor the
+/// re-scored rows of an older rules version. The collector's alerts start there; an event two
+/// collectors attribute at once reaches both hooks (the alert senders deduplicate).
+pub async fn attribute_pending_notify(
+    client: &clickhouse::Client,
+    db: &str,
+    opts: &AttributeOptions,
+    progress: &mut (dyn FnMut(Progress) + Send),
+    attributed: &mut (dyn FnMut(&[OomAttributionRow]) + Send),
 ) -> Result<AttributeReport, AttributionError> {
     let settled = opts.now_ms.saturating_sub(opts.settle_ms.max(0));
     let pending = fetch_pending(
@@ -195,6 +211,9 @@ pub async fn attribute_pending_with_progress(
         let rows: Vec<OomAttributionRow> =
             computed.into_iter().map(|(f, n)| to_row(f, &n, attributed_ms)).collect();
         insert_rows(client, db, &rows).await?;
+        if !opts.force {
+            attributed(&rows);
+        }
         report.chunks += 1;
         report.attributed += rows.len() as u64;
         tracing::debug!(

@@ -6,8 +6,9 @@
 //!   row yet (`collector/sql/attribution_pending.sql`) and are older than the settle delay,
 //!   computes their features (`oom_features`) and neighbours (`oom_neighbours`) in bounded chunks
 //!   of events and time, runs the rules and inserts one row per event. Idempotent: a second pass
-//!   finds nothing pending. The collector runs it periodically ([`spawn_attributor`]);
-//!   `oomlens attribute` runs it on demand (backfill).
+//!   finds nothing pending. The collector runs it periodically ([`spawn_attributor`], whose
+//!   [`AttributedHook`] hands the rows of newly attributed events on — to the alerts, without
+//!   this module knowing them); `oomlens attribute` runs it on demand (backfill, no hook).
 //! * [`read_window`] — the readers' side: the stored rows of a window (deduplicated by event key
 //!   before merges, the latest `attributed_ms` wins; the **current** rules re-run on the stored
 //!   features, so a rules upgrade needs no recompute) plus the events of the window not stored
@@ -35,11 +36,11 @@ use serde::{Deserialize, Serialize};
 use super::features::{Neighbour, OomFeatures};
 
 pub use backfill::{
-    AttributeOptions, AttributeReport, Progress, attribute_pending, attribute_pending_with_progress, chunks,
-    fetch_pending,
+    AttributeOptions, AttributeReport, Progress, attribute_pending, attribute_pending_notify,
+    attribute_pending_with_progress, chunks, fetch_pending,
 };
 pub use rows::{features_of, fetch_stored, neighbours_of, to_row};
-pub use task::{AttributorSettings, PassObserver, spawn_attributor};
+pub use task::{AttributedHook, AttributorSettings, PassObserver, spawn_attributor};
 pub use windows::{
     EventScenario, WindowAttribution, WindowFeatures, WindowScenarios, read_window, read_window_features,
     read_window_scenarios,

@@ -1,9 +1,12 @@
-//! The collector's periodic attributor: one [`attribute_pending`] pass every interval over the
-//! recent events, failures logged and retried at the next tick.
+//! The collector's periodic attributor: one [`attribute_pending_notify`] pass every interval over
+//! the recent events, failures logged and retried at the next tick; the rows of newly attributed
+//! events go to an optional [`AttributedHook`].
 
 use std::time::{Duration, Instant};
 
-use super::backfill::{AttributeOptions, AttributeReport, attribute_pending};
+use oomlens_schema::rows::OomAttributionRow;
+
+use super::backfill::{AttributeOptions, AttributeReport, attribute_pending_notify};
 use crate::analysis::AttributionError;
 
 /// The periodic attributor's settings (`[attribution]` of the collector configuration).
@@ -26,14 +29,21 @@ pub struct AttributorSettings {
 /// Called after every pass of [`spawn_attributor`] with its outcome and duration.
 pub type PassObserver = Box<dyn Fn(Result<&AttributeReport, &AttributionError>, Duration) + Send + Sync>;
 
-/// Runs [`attribute_pending`] every `settings.interval` (first after one interval) over the events
-/// of the last `lookback_ms`, until the task is aborted. Failures are logged, reported to
-/// `observer` and retried at the next tick.
+/// Called by [`spawn_attributor`] with the rows of events attributed for the first time, right
+/// after each chunk is stored (see [`attribute_pending_notify`]). It runs inside the pass: it
+/// must return at once (hand the rows to a queue, never wait on the network).
+pub type AttributedHook = Box<dyn FnMut(&[OomAttributionRow]) + Send>;
+
+/// Runs [`attribute_pending_notify`] every `settings.interval` (first after one interval) over the
+/// events of the last `lookback_ms`, until the task is aborted. Failures are logged, reported to
+/// `observer` and retried at the next tick. `on_attributed` receives the rows of newly attributed
+/// events.
 pub fn spawn_attributor(
     client: clickhouse::Client,
     db: String,
     settings: AttributorSettings,
     observer: PassObserver,
+    mut on_attributed: Option<AttributedHook>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let every = settings.interval.max(Duration::from_millis(1));
@@ -53,7 +63,12 @@ pub fn spawn_attributor(
                 force: false,
             };
             let started = Instant::now();
-            let result = attribute_pending(&client, &db, &opts).await;
+            let mut hook = |rows: &[OomAttributionRow]| {
+                if let Some(h) = on_attributed.as_mut() {
+                    h(rows);
+                }
+            };
+            let result = attribute_pending_notify(&client, &db, &opts, &mut |_| {}, &mut hook).await;
             let took = started.elapsed();
             match &result {
                 Ok(r) if r.attributed > 0 => tracing::info!(
