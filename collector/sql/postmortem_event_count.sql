@@ -24,3 +24,4 @@ FROM
         AND has(['', label_values[indexOf(label_keys, 'pod')]], ?)
     GROUP BY cluster, node, event_id
 )
+ORDER BY matched

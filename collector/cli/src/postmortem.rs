@@ -938,6 +938,29 @@ mod tests {
     }
 
     #[test]
+    fn a_process_keeps_its_colour_across_the_charts_of_a_page() {
+        let mut colours = Colours::default();
+        // The page's first chart: another process first, then ours.
+        let mut first = curve();
+        first.processes.insert(
+            0,
+            ProcessSeries { pid: 9, workload: "other".into(), name: "python".into(), points: vec![(0, 5)] },
+        );
+        let a = curve_svg(&first, Some(100), &mut colours);
+        // The second chart lists ours first: same colour as in the first chart.
+        let b = curve_svg(&curve(), Some(100), &mut colours);
+        let fill = |svg: &str, who: &str| {
+            let at = svg.find(&format!("<title>pid {who}</title>")).unwrap();
+            let start = svg[..at].rfind("fill=\"").unwrap() + 6;
+            svg[start..start + 7].to_owned()
+        };
+        assert_eq!(fill(&a, "7 a&lt;b&gt;"), fill(&b, "7 a&lt;b&gt;"));
+        assert_ne!(fill(&a, "7 a&lt;b&gt;"), fill(&a, "9 other"));
+        let legend = curve_legend(&curve(), Some(100), Some(7), &mut colours);
+        assert!(legend.contains(&fill(&b, "7 a&lt;b&gt;")) && legend.contains("(failed)"), "{legend}");
+    }
+
+    #[test]
     fn selection_args_follow_the_header() {
         let q = queries::get("postmortem_events").expect("postmortem_events");
         let sel = Selection {
