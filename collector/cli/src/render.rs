@@ -41,13 +41,13 @@ pub fn html_head(title: &str) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>\
          body{{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}}\
-         p,li,td,h2{{overflow-wrap:anywhere}}table{{border-collapse:collapse}}th{{white-space:nowrap}}\
+         p,li,h2{{overflow-wrap:anywhere}}td{{overflow-wrap:break-word}}table{{border-collapse:collapse}}th{{white-space:nowrap}}\
          td,th{{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}}th{{background:#f3f3f3}}\
          .num{{text-align:right;white-space:nowrap}}section{{margin-bottom:3em}}code{{background:#f3f3f3;padding:1px 4px}}\
          .wide{{max-width:100%;overflow-x:auto}}svg text{{font-family:system-ui,sans-serif}}\
          .legend{{font-size:13px;margin:4px 0 16px}}.legend .entry{{display:inline-block;margin-right:14px;white-space:nowrap}}\
          .legend .swatch{{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:middle}}\
-         nav ol{{padding-left:1.5em}}.note{{color:#555}}\
+         nav ol{{padding-left:1.5em}}td.words{{min-width:18em}}.note{{color:#555}}\
          @media (max-width:600px){{body{{margin:0.8em}}h1{{font-size:1.4em}}}}\
          </style></head><body>\n<h1>{}</h1>\n",
         html_escape(title),
