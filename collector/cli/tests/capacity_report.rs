@@ -15,6 +15,11 @@ use common::*;
 use oomlens_collector::analysis::{self, FeatureWindow};
 use serde_json::Value;
 
+/// `kill -TERM pid`; its exit status.
+fn send_sigterm(pid: i32) -> i32 {
+    Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().code().unwrap_or(-1)
+}
+
 /// The path of `name` on the PATH.
 fn which(name: &str) -> Result<std::path::PathBuf, ()> {
     let path = std::env::var_os("PATH").ok_or(())?;
@@ -317,40 +322,61 @@ async fn capacity_report_numbers() {
     assert!(none.contains("  none on node no-such-node"), "{none}");
 
     // The interactive screen in a real pseudo-terminal (util-linux `script`): the alternate screen
-    // is entered, the header and the key help drawn, `q` quits, the terminal is restored.
+    // is entered, the header and the key help drawn, and both `q` and SIGTERM end it with the
+    // terminal restored.
     if let Ok(script) = which("script") {
-        let cmd = format!(
-            "{} top --at {at} --live 60s --recent 1d --interval 0.5 --clickhouse-url {url}",
-            env!("CARGO_BIN_EXE_oomlens")
-        );
-        let mut child = Command::new(script)
-            .args(["-qfec", &cmd, "/dev/null"])
-            .env("TERM", "xterm")
-            .env("COLUMNS", "120")
-            .env("LINES", "30")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_secs(3));
-        use std::io::Write as _;
-        child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while child.try_wait().unwrap().is_none() {
-            assert!(std::time::Instant::now() < deadline, "q did not quit oomlens top");
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        for (marker, how) in [("7", "q"), ("8", "SIGTERM")] {
+            let cmd = format!(
+                "{} top --at {at} --live 60s --recent 1d --interval 0.5 --max-ooms {marker} --clickhouse-url {url}",
+                env!("CARGO_BIN_EXE_oomlens")
+            );
+            let mut child = Command::new(&script)
+                .args(["-qfec", &cmd, "/dev/null"])
+                .env("TERM", "xterm")
+                .env("COLUMNS", "120")
+                .env("LINES", "30")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            if how == "q" {
+                use std::io::Write as _;
+                child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+            } else {
+                // The oomlens process under `script`, found by its own command line.
+                let needle = format!("--max-ooms\0{marker}\0");
+                let pid = std::fs::read_dir("/proc")
+                    .unwrap()
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                    .find(|pid| {
+                        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                            let c = String::from_utf8_lossy(&c);
+                            c.contains(&needle) && !c.contains("-qfec")
+                        })
+                    })
+                    .expect("the oomlens top process");
+                assert_eq!(send_sigterm(pid), 0, "kill -TERM {pid}");
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while child.try_wait().unwrap().is_none() {
+                assert!(std::time::Instant::now() < deadline, "{how} did not end oomlens top");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let out = child.wait_with_output().unwrap();
+            let screen = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{how}: {screen}\n{}", String::from_utf8_lossy(&out.stderr));
+            let enter =
+                screen.find("\x1b[?1049h").unwrap_or_else(|| panic!("no alternate screen: {screen:?}"));
+            let leave =
+                screen.rfind("\x1b[?1049l").unwrap_or_else(|| panic!("{how}: not restored: {screen:?}"));
+            assert!(enter < leave);
+            assert!(
+                screen[enter..leave].contains("oomlens top — ") && screen[enter..leave].contains("q quit"),
+                "{screen:?}"
+            );
         }
-        let out = child.wait_with_output().unwrap();
-        let screen = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{screen}\n{}", String::from_utf8_lossy(&out.stderr));
-        let enter = screen.find("\x1b[?1049h").unwrap_or_else(|| panic!("no alternate screen: {screen:?}"));
-        let leave = screen.rfind("\x1b[?1049l").unwrap_or_else(|| panic!("not restored: {screen:?}"));
-        assert!(enter < leave);
-        assert!(
-            screen[enter..leave].contains("oomlens top — ") && screen[enter..leave].contains("q quit"),
-            "{screen:?}"
-        );
     } else {
         eprintln!("skipping the pseudo-terminal check of oomlens top: no `script` (util-linux)");
     }

@@ -4,7 +4,7 @@
 //! quit; ↑ ↓ / `k` `j` scroll a line; PgUp PgDn / space scroll a page; Home End / `g` `G` jump;
 //! `+` `-` refresh faster / slower; `p` pauses; `r` refreshes now. A failed fetch keeps the last
 //! frame and says why in the status line; the next refresh retries. The terminal is restored
-//! however the loop ends (quit, error, panic).
+//! however the loop ends (quit, SIGTERM, SIGHUP, error, panic).
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -230,6 +230,10 @@ pub async fn run(
     mut query: impl FnMut() -> FrameQuery,
 ) -> Result<(), TuiError> {
     let mut frame = fetch_frame(client, db, &query()).await?.render(procs);
+    // SIGTERM and SIGHUP (the terminal closed) end the view like `q`, so the terminal is restored;
+    // Ctrl-C arrives as a key in raw mode.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let screen = Screen::enter()?;
     let mut events = spawn_event_reader();
     let mut view = View { scroll: 0, paused: false, interval, error: None };
@@ -241,6 +245,8 @@ pub async fn run(
         screen.draw(&compose(&frame, &view, rows, cols))?;
         tokio::select! {
             _ = tokio::time::sleep_until(next), if !view.paused => {}
+            _ = term.recv() => break,
+            _ = hangup.recv() => break,
             ev = events.recv() => {
                 let body_rows = rows.saturating_sub(frame.header.len() + 1);
                 match ev {
