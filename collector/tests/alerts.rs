@@ -22,10 +22,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use common::*;
+use oomlens_collector::alert::document::example_event;
 use oomlens_collector::alert::{Alerting, AlertsSection, OomAlert, WebhookConfig, WebhookFormat};
 use oomlens_collector::analysis::json::EventJson;
 use oomlens_collector::analysis::store::{self, AttributeOptions};
-use oomlens_collector::analysis::{EventEvidence, OomFeatures, attribute};
+use oomlens_collector::analysis::{EventEvidence, OomFeatures};
 use oomlens_collector::metrics::{AlertMetrics, failed_labels, target_labels};
 use oomlens_devkit::devam::{DevAlertmanager, DevAmTls};
 use serde_json::Value;
@@ -116,27 +117,7 @@ async fn receive(
 
 /// A batch OOM of pod ml/trainer-0 on gpu-node-7 GPU 3, failed `age_ms` ago.
 fn event(event_id: u64, age_ms: i64) -> EventJson {
-    let f = OomFeatures::derive(EventEvidence {
-        cluster: "prod".into(),
-        node: "gpu-node-7".into(),
-        event_id,
-        ts_ms: oomlens_schema::text::now_ms() - age_ms,
-        kind: "cuda_oom".into(),
-        gpu_index: Some(3),
-        workload: "trainer-0".into(),
-        requested_bytes: Some(2 << 30),
-        capacity_bytes: Some(80 << 30),
-        free_bytes: Some(1 << 30),
-        allocated_bytes: Some(70 << 30),
-        reserved_bytes: Some(72 << 30),
-        phase: "forward".into(),
-        batch_size: Some(64),
-        seq_len: Some(2048),
-        ..EventEvidence::default()
-    });
-    let labels = [("k8s.namespace", "ml"), ("k8s.pod", "trainer-0"), ("job", "llama-ft")];
-    let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
-    EventJson::new(&f, &attribute(&f), &labels)
+    example_event("prod", event_id, oomlens_schema::text::now_ms() - age_ms)
 }
 
 fn alert(alerting: &Alerting, event_id: u64) -> OomAlert {

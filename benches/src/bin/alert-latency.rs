@@ -19,6 +19,7 @@ use axum::extract::State;
 use axum::routing::post;
 use clap::Parser;
 use http::{HeaderMap, Uri};
+use oomlens_collector::alert::document::{example_evidence, example_labels};
 use oomlens_collector::alert::http::{AlertHttp, Delivery};
 use oomlens_collector::alert::{Alerting, AlertsSection, LabelSource, WebhookConfig, WebhookFormat, webhook};
 use oomlens_collector::analysis::json::EventJson;
@@ -61,32 +62,15 @@ async fn receive(State(tx): State<Arrivals>, body: Bytes) -> &'static str {
 fn row(event_id: u64) -> OomAttributionRow {
     let now = oomlens_schema::text::now_ms();
     let f = OomFeatures::derive(EventEvidence {
-        cluster: "bench".into(),
-        node: "gpu-node-7".into(),
-        event_id,
-        ts_ms: now - 150_000,
-        kind: "cuda_oom".into(),
-        gpu_index: Some(3),
-        workload: "trainer-0".into(),
-        requested_bytes: Some(2 << 30),
-        capacity_bytes: Some(80 << 30),
-        free_bytes: Some(1 << 30),
-        allocated_bytes: Some(70 << 30),
-        reserved_bytes: Some(72 << 30),
-        phase: "forward".into(),
-        batch_size: Some(64),
-        seq_len: Some(2048),
         window_ms: 60_000,
-        ..EventEvidence::default()
+        ..example_evidence("bench", event_id, now - 150_000)
     });
     to_row(f, &[], now)
 }
 
 fn event_of(row: &OomAttributionRow) -> EventJson {
     let f = oomlens_collector::analysis::store::features_of(row);
-    let labels = [("k8s.namespace", "ml"), ("k8s.pod", "trainer-0"), ("job", "llama-ft")];
-    let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
-    EventJson::new(&f, &attribute(&f), &labels)
+    EventJson::new(&f, &attribute(&f), &example_labels())
 }
 
 #[derive(Debug, Default)]

@@ -34,6 +34,15 @@ async fn live(
     (events, neighbours)
 }
 
+/// The capacity report by node over `window` (its look-back too).
+async fn capacity_by_node(db: &clickhouse::Client, window: &FeatureWindow) -> capacity::CapacityReport {
+    let opts = capacity::ReportOptions {
+        window_ms: window.window_ms,
+        ..capacity::ReportOptions::new(GroupBy::Node, window.since_ms, window.until_ms)
+    };
+    capacity::build(db, "oomlens", &opts).await.unwrap()
+}
+
 async fn stored_rows(db: &clickhouse::Client) -> u64 {
     count(db, "SELECT count() FROM oomlens.oom_attributions").await
 }
@@ -90,16 +99,7 @@ async fn stored_and_live_attributions_are_identical() {
     step!(t0, "fixtures loaded ({distinct} events)");
 
     let all = FeatureWindow::ALL;
-    let capacity_live = capacity::build(
-        db,
-        "oomlens",
-        &capacity::ReportOptions {
-            window_ms: all.window_ms,
-            ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
-        },
-    )
-    .await
-    .unwrap();
+    let capacity_live = capacity_by_node(db, &all).await;
     // Nothing stored: everything is computed live.
     let read = assert_same_as_live(db, &all, "nothing stored").await;
     assert_eq!((read.stored, read.live), (0, distinct));
@@ -122,16 +122,7 @@ async fn stored_and_live_attributions_are_identical() {
 
     let read = assert_same_as_live(db, &all, "all stored").await;
     assert_eq!((read.stored, read.live), (distinct, 0));
-    let capacity_stored = capacity::build(
-        db,
-        "oomlens",
-        &capacity::ReportOptions {
-            window_ms: all.window_ms,
-            ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
-        },
-    )
-    .await
-    .unwrap();
+    let capacity_stored = capacity_by_node(db, &all).await;
     assert_eq!(capacity_stored, capacity_live, "the capacity report reads the stored neighbours");
     assert!(!capacity_stored.co_scheduling.is_empty(), "the fixtures have co-scheduled workloads");
 
@@ -232,19 +223,7 @@ async fn stored_and_live_attributions_are_identical() {
     assert!(half.attributed > 0 && half.attributed < distinct, "{half:?}");
     let read = assert_same_as_live(db, &all, "half stored").await;
     assert_eq!((read.stored, read.live), (half.attributed, distinct - half.attributed));
-    assert_eq!(
-        capacity::build(
-            db,
-            "oomlens",
-            &capacity::ReportOptions {
-                window_ms: all.window_ms,
-                ..capacity::ReportOptions::new(GroupBy::Node, 0, i64::MAX)
-            }
-        )
-        .await
-        .unwrap(),
-        capacity_live
-    );
+    assert_eq!(capacity_by_node(db, &all).await, capacity_live);
     step!(t0, "stored, partly stored and live answers agree");
 
     // The settle delay: an event that just arrived waits; later it is attributed.

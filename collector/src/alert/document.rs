@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::config::AlertsSection;
 use super::template::{Template, TemplateUse, Var};
 use crate::analysis::json::{EventJson, format_ms};
+use crate::analysis::{EventEvidence, OomFeatures, attribute};
 
 /// Longest label value, bytes (longer ones are cut with `…`).
 pub const MAX_LABEL_BYTES: usize = 256;
@@ -258,34 +259,51 @@ impl AlertBuilder {
     }
 }
 
+/// A typical batch OOM: pod `ml/trainer-0` (job `llama-ft`) on `gpu-node-7` GPU 3 asked for 2 GiB
+/// of 80 GiB with 70 GiB allocated, in the forward pass at batch 64 × 2048 tokens. The event the
+/// alert tests and the latency bench send.
+pub fn example_evidence(cluster: &str, event_id: u64, ts_ms: i64) -> EventEvidence {
+    EventEvidence {
+        cluster: cluster.into(),
+        node: "gpu-node-7".into(),
+        event_id,
+        ts_ms,
+        kind: "cuda_oom".into(),
+        gpu_index: Some(3),
+        workload: "trainer-0".into(),
+        requested_bytes: Some(2 << 30),
+        capacity_bytes: Some(80 << 30),
+        free_bytes: Some(1 << 30),
+        allocated_bytes: Some(70 << 30),
+        reserved_bytes: Some(72 << 30),
+        phase: "forward".into(),
+        batch_size: Some(64),
+        seq_len: Some(2048),
+        ..EventEvidence::default()
+    }
+}
+
+/// The labels of [`example_evidence`]'s pod, as the label lookup fills them.
+pub fn example_labels() -> Vec<(String, String)> {
+    [("k8s.namespace", "ml"), ("k8s.pod", "trainer-0"), ("job", "llama-ft")]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// [`example_evidence`] attributed, with [`example_labels`].
+pub fn example_event(cluster: &str, event_id: u64, ts_ms: i64) -> EventJson {
+    let f = OomFeatures::derive(example_evidence(cluster, event_id, ts_ms));
+    EventJson::new(&f, &attribute(&f), &example_labels())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::analysis::{EventEvidence, OomFeatures, attribute};
 
-    /// A batch OOM on gpu-node-7 GPU 3 of pod ml/trainer-0 (the labels as the lookup fills them).
+    /// The example batch OOM (the labels as the lookup fills them).
     pub(crate) fn event(event_id: u64) -> EventJson {
-        let f = OomFeatures::derive(EventEvidence {
-            cluster: "prod".into(),
-            node: "gpu-node-7".into(),
-            event_id,
-            ts_ms: 1_767_225_600_000,
-            kind: "cuda_oom".into(),
-            gpu_index: Some(3),
-            workload: "trainer-0".into(),
-            requested_bytes: Some(2 << 30),
-            capacity_bytes: Some(80 << 30),
-            free_bytes: Some(1 << 30),
-            allocated_bytes: Some(70 << 30),
-            reserved_bytes: Some(72 << 30),
-            phase: "forward".into(),
-            batch_size: Some(64),
-            seq_len: Some(2048),
-            ..EventEvidence::default()
-        });
-        let labels = [("k8s.namespace", "ml"), ("k8s.pod", "trainer-0"), ("job", "llama-ft")];
-        let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
-        EventJson::new(&f, &attribute(&f), &labels)
+        super::example_event("prod", event_id, 1_767_225_600_000)
     }
 
     #[test]

@@ -5,8 +5,6 @@
 
 use oomlens_schema::gpu::{self, GpuSpec};
 
-const MIB: u64 = 1024 * 1024;
-
 /// One simulated GPU model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuModel {
@@ -14,10 +12,8 @@ pub struct GpuModel {
     pub key: &'static str,
     /// NVML marketing name, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: &'static str,
-    /// NVML total framebuffer memory, MiB.
-    pub total_mib: u64,
-    /// Memory the driver reserves (never available to CUDA), MiB.
-    pub driver_reserved_mib: u64,
+    /// Its memory figures in the shared catalog (NVML total, driver reservation).
+    pub spec: GpuSpec,
     /// Board power limit, watts.
     pub tdp_w: u32,
     /// Idle power, watts.
@@ -45,8 +41,7 @@ impl GpuModel {
         GpuModel {
             key: spec.key,
             name: spec.name,
-            total_mib: spec.total_mib,
-            driver_reserved_mib: spec.driver_reserved_mib,
+            spec,
             tdp_w: e.tdp_w,
             idle_w: e.idle_w,
             max_sm_mhz: e.max_sm_mhz,
@@ -57,17 +52,17 @@ impl GpuModel {
 
     /// NVML total memory, bytes.
     pub const fn total_bytes(&self) -> u64 {
-        self.total_mib * MIB
+        self.spec.total_bytes()
     }
 
     /// Driver-reserved memory, bytes.
     pub const fn driver_reserved_bytes(&self) -> u64 {
-        self.driver_reserved_mib * MIB
+        self.spec.driver_reserved_bytes()
     }
 
     /// Capacity as CUDA / PyTorch see it (`total − driver reserved`), bytes.
     pub const fn capacity_bytes(&self) -> u64 {
-        self.total_bytes() - self.driver_reserved_bytes()
+        self.spec.capacity_bytes()
     }
 }
 
@@ -121,7 +116,7 @@ mod tests {
     fn capacities_look_like_real_drivers() {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let h100 = lookup("h100-80gb").unwrap();
-        assert_eq!(h100.total_mib, 81_559);
+        assert_eq!(h100.spec.total_mib, 81_559);
         assert!((gib(h100.capacity_bytes()) - 79.11).abs() < 0.01);
         let a100 = lookup("A100-80GB").unwrap();
         assert!((gib(a100.capacity_bytes()) - 79.15).abs() < 0.01);
