@@ -106,6 +106,18 @@ fi
 section "Python hook helper against a real hook listener; the pip package installs"
 OOMLENS_AGENT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
   "$python" -m unittest "$root/deploy/hooks/python/test_oomlens_hook.py" || failures+=("Python hook test")
+# Again under a Python that has a real torch (Debian's CPU-only python3-torch, which CI installs):
+# the real exception classes, install() and the snapshot calls without CUDA.
+torch_python=""
+for candidate in "$python" /usr/bin/python3; do
+  if "$candidate" -c 'import torch' >/dev/null 2>&1; then torch_python=$candidate; break; fi
+done
+if [ -z "$torch_python" ]; then
+  echo "skip real-torch hook tests: no Python here imports torch (apt install python3-torch)"
+elif [ "$torch_python" != "$python" ]; then
+  OOMLENS_AGENT_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/oomlens-agent" \
+    "$torch_python" -m unittest "$root/deploy/hooks/python/test_oomlens_hook.py" || failures+=("Python hook test (real torch)")
+fi
 # `pip install ./deploy/hooks/python` as the docs say (built in a temporary copy: no build/ left).
 hookpkg=$(mktemp -d "${TMPDIR:-/tmp}/oomlens-hookpkg.XXXXXX")
 cp "$root"/deploy/hooks/python/{pyproject.toml,README.md,oomlens_hook.py} "$hookpkg/"

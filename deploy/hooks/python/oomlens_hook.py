@@ -367,6 +367,10 @@ def _observed_summary(device):
     return None
 
 
+# install()'s process-wide context (phase, job, labels): the base every report merges over.
+_BASE = {}
+
+
 def _merge_context(outer, phase=None, job=None, labels=None, gpu_index=None):
     """``outer`` (a scope context or None) with these values on top (the inner ones win)."""
     outer = outer or {}
@@ -383,7 +387,9 @@ def build_report(exc, phase=None, job=None, labels=None, gpu_index=None, allocat
     """The v2 report (a dict) for exception ``exc``; never raises for odd input. The enclosing
     ``report_oom`` scopes' context is merged under these arguments. ``allocator`` is a
     summary from :func:`summarize_snapshot` (default: the OOM observer's, or a snapshot now)."""
-    ctx = _merge_context(_SCOPE.get(), phase, job, labels, gpu_index)
+    scope = _SCOPE.get() or {}
+    ctx = _merge_context(_BASE, scope.get("phase"), scope.get("job"), scope.get("labels"), scope.get("gpu_index"))
+    ctx = _merge_context(ctx, phase, job, labels, gpu_index)
     phase, job, labels, gpu_index = ctx["phase"], ctx["job"], ctx["labels"], ctx["gpu_index"]
     message = "%s.%s: %s" % (type(exc).__module__, type(exc).__qualname__, exc)
     report = {
@@ -584,6 +590,10 @@ def install(record_history=False, max_entries=100_000, excepthook=True, phase=No
     """Sets up reporting for the whole process; returns what it could set up (a dict of booleans:
     ``observer``, ``history``, ``excepthook``). Never raises.
 
+    ``phase``, ``job`` (and keyword arguments: the job's shape) and ``labels`` are the process's
+    context: every report -- the excepthook's and each ``report_oom`` scope's -- carries them
+    under its own values (a scope's values win).
+
     * ``observer``: PyTorch's out-of-memory observer summarises the allocator at each OOM.
     * ``history`` (with ``record_history``): the allocator records the stack of each allocation
       (at most ``max_entries`` entries), so the summary names the code holding the memory. This
@@ -592,8 +602,10 @@ def install(record_history=False, max_entries=100_000, excepthook=True, phase=No
 
     Without torch or CUDA the observer and history are skipped (reported False)."""
     done = {"observer": False, "history": False, "excepthook": False}
+    _BASE.clear()
+    _BASE.update(_merge_context(None, phase, dict(job or {}, **shape), labels))
     if excepthook:
-        install_excepthook(phase, job, labels, None, socket_path, timeout, **shape)
+        install_excepthook(socket_path=socket_path, timeout=timeout)
         done["excepthook"] = True
     torch = _torch()
     cuda = getattr(torch, "cuda", None) if torch is not None else None
@@ -617,7 +629,10 @@ def install(record_history=False, max_entries=100_000, excepthook=True, phase=No
                 try:
                     record(enabled="all", context="alloc", stacks="python", max_entries=int(max_entries))
                 except TypeError:  # torch 2.0: record_memory_history(enabled, record_context, trace_alloc_max_entries)
-                    record(True, trace_alloc_max_entries=int(max_entries))
+                    try:
+                        record(True, trace_alloc_max_entries=int(max_entries))
+                    except TypeError:  # torch 1.13: (enabled, device), the live blocks' stacks only
+                        record(True)
                 done["history"] = True
             except Exception as e:  # noqa: BLE001
                 _warn("cannot record allocation history: %s" % e)

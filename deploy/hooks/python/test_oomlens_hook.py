@@ -1,4 +1,5 @@
-"""Protocol test of oomlens_hook.py against a real agent hook listener (no torch needed).
+"""Protocol test of oomlens_hook.py against a real agent hook listener (no torch needed; with a
+real torch importable -- Debian's CPU-only python3-torch in CI -- the RealTorch tests run too).
 
 Starts ``oomlens-agent hook-listen --socket <tmp> --print`` (binary: $OOMLENS_AGENT_BIN, else
 target/debug/oomlens-agent, built with cargo when missing) and checks the round trip: the event
@@ -47,6 +48,38 @@ def agent_binary():
 
 class FakeOomError(RuntimeError):
     pass
+
+
+def _import_real_torch():
+    try:
+        import torch  # noqa: F401
+
+        return torch
+    except Exception:  # noqa: BLE001 - not installed (PyPI's torch wheel pulls GBs of CUDA packages;
+        return None  # Debian's python3-torch is CPU-only and small)
+
+
+# Imported once: a module cannot be imported again after sys.modules lost it, so the tests that
+# stand in a fake torch (or none) put this one back afterwards.
+REAL_TORCH = _import_real_torch()
+
+
+def restore_torch():
+    oomlens_hook._BASE.clear()  # install()'s process context
+    if REAL_TORCH is None:
+        sys.modules.pop("torch", None)
+    else:
+        sys.modules["torch"] = REAL_TORCH
+
+
+def hide_torch():
+    """As if torch were not installed: `import torch` raises ImportError."""
+    sys.modules["torch"] = None
+
+
+def real_oom_error():
+    """The OOM exception class of the real torch (torch.OutOfMemoryError from 2.5, torch.cuda's before)."""
+    return getattr(REAL_TORCH, "OutOfMemoryError", None) or REAL_TORCH.cuda.OutOfMemoryError
 
 
 def fake_torch():
@@ -133,21 +166,16 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(len(oomlens_hook.summarize_snapshot(many)["sites"]), oomlens_hook.MAX_SITES)
 
 
-def _real_torch():
-    try:
-        import torch  # noqa: F401
-
-        return torch
-    except Exception:  # noqa: BLE001 - not installed (CI: PyPI's torch wheel pulls GBs of CUDA packages)
-        return None
-
-
-@unittest.skipUnless(_real_torch(), "torch is not installed in this Python (pip install torch to run it)")
+@unittest.skipUnless(REAL_TORCH, "torch is not installed in this Python (Debian: apt install python3-torch)")
 class RealTorchTest(unittest.TestCase):
     """With a real torch (CPU-only or on a machine without a GPU) everything degrades cleanly."""
 
+    def tearDown(self):
+        restore_torch()
+
     def test_install_and_reports_degrade_without_cuda(self):
-        torch = _real_torch()
+        torch = REAL_TORCH
+        restore_torch()
         previous = sys.excepthook
         try:
             done = oomlens_hook.install(record_history=True)
@@ -156,12 +184,18 @@ class RealTorchTest(unittest.TestCase):
         if not torch.cuda.is_available():
             self.assertEqual(done, {"observer": False, "history": False, "excepthook": True})
         os.environ["OOMLENS_HOOK_QUIET"] = "1"
-        report = oomlens_hook.build_report(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+        error = real_oom_error()("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.assertTrue(oomlens_hook.is_cuda_oom(error))
+        report = oomlens_hook.build_report(error)
         self.assertEqual(report["requested_bytes"], 2 << 30)
         self.assertEqual(report["v"], 2)
+        self.assertIn("OutOfMemoryError: CUDA out of memory", report["message"])
         if not torch.cuda.is_available():
             self.assertNotIn("allocator", report)
+            self.assertNotIn("mem_get_info", report)
             self.assertIsNone(oomlens_hook._take_summary(torch.cuda, 0))
+        # The real snapshot call without CUDA is refused by torch and summarised as nothing.
+        self.assertIsNone(oomlens_hook._take_summary(torch.cuda, None, 1 << 20))
 
 
 class HookProtocolTest(unittest.TestCase):
@@ -206,7 +240,7 @@ class HookProtocolTest(unittest.TestCase):
         assert not socket_left, "the agent must remove its socket on shutdown"
 
     def tearDown(self):
-        sys.modules.pop("torch", None)
+        restore_torch()
 
     def next_event(self):
         return self.events.get(timeout=5)
@@ -325,9 +359,42 @@ class HookProtocolTest(unittest.TestCase):
             self.assertEqual(event["labels"]["alloc.segments"], "2", "the observer's summary, taken at the OOM")
         finally:
             sys.excepthook = previous
-        sys.modules.pop("torch", None)
+        hide_torch()
         no_cuda = oomlens_hook.install(excepthook=False)
         self.assertEqual(no_cuda, {"observer": False, "history": False, "excepthook": False})
+
+    @unittest.skipUnless(REAL_TORCH, "torch is not installed in this Python (Debian: apt install python3-torch)")
+    def test_real_torch_oom_error_through_the_excepthook(self):
+        # The real exception class, raised in a nested scope and left uncaught: the excepthook
+        # install() set reports it to the real agent with the merged context, then chains on.
+        restore_torch()
+        chained = []
+        previous = sys.excepthook
+        sys.excepthook = lambda *a: chained.append(a[0])
+        try:
+            oomlens_hook.install(record_history=True, phase="forward", labels={"team": "nlp"})
+            error_class = real_oom_error()
+            try:
+                with oomlens_hook.report_oom(batch=8, seq_len=2048):
+                    raise error_class(OOM_TEXT)
+            except error_class:
+                sys.excepthook(*sys.exc_info())
+        finally:
+            sys.excepthook = previous
+            oomlens_hook.install(excepthook=False)  # clears the process context again
+        self.assertEqual(chained, [error_class], "the previous excepthook still runs")
+        first = self.next_event()
+        self.assertEqual((first["job"]["batch"], first["job"]["seq_len"]), (8, 2048), "the scope's report")
+        self.assertEqual(first["requested_bytes"], 2 << 30)
+        self.assertEqual(first["gpu_index"], 3, "from the message: torch has no CUDA device to ask")
+        self.assertAlmostEqual(first["capacity_bytes"], 79.11 * (1 << 30), delta=1, msg="the message run through the parser")
+        self.assertIn("OutOfMemoryError: CUDA out of memory", first["message"])
+        # install()'s context is under every report, the scope's too.
+        self.assertEqual(first["phase"], "forward")
+        self.assertEqual(first["labels"]["job.team"], "nlp")
+        self.assertNotIn("alloc.segments", first["labels"], "no CUDA: no allocator summary")
+        # Reported once: the excepthook sees the exception the scope already reported.
+        self.assertRaises(queue.Empty, self.events.get, timeout=0.5)
 
     def test_other_exceptions_are_not_reported(self):
         with self.assertRaises(ValueError):
