@@ -99,23 +99,24 @@ impl ConfusionMatrix {
     }
 }
 
-/// How often each rule was right.
+/// How often each rule was right, and the true scenarios of the events each rule took.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleScores {
-    counts: BTreeMap<&'static str, (u64, u64)>,
+    /// Per rule: its events' true scenarios (counts) and how many it got right.
+    counts: BTreeMap<&'static str, (BTreeMap<Scenario, u64>, u64)>,
 }
 
 impl RuleScores {
-    /// Counts one event attributed by `rule`.
-    pub fn add(&mut self, rule: &'static str, right: bool) {
+    /// Counts one event of true scenario `truth` that `rule` attributed to `attributed`.
+    pub fn add(&mut self, rule: &'static str, truth: Scenario, attributed: Scenario) {
         let e = self.counts.entry(rule).or_default();
-        e.0 += 1;
-        e.1 += u64::from(right);
+        *e.0.entry(truth).or_default() += 1;
+        e.1 += u64::from(truth == attributed);
     }
 
     /// `(rule, events, right)` per rule, by name.
     pub fn rows(&self) -> Vec<(&'static str, u64, u64)> {
-        self.counts.iter().map(|(r, (n, k))| (*r, *n, *k)).collect()
+        self.counts.iter().map(|(r, (truths, k))| (*r, truths.values().sum(), *k)).collect()
     }
 
     /// The lowest precision of a rule that fired at least `min_events` times.
@@ -126,13 +127,45 @@ impl RuleScores {
             .map(|(r, n, k)| (r, k as f64 / n as f64))
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
+
+    /// The routing ceiling: the highest macro accuracy (mean recall) any choice of one verdict
+    /// per rule could score, with the events divided among the rules as they are (None when
+    /// empty). Each scenario's recall adds `events of it / its support`, so the best verdict of a
+    /// rule is the scenario with the largest share of its support among the rule's events. A goal
+    /// above the ceiling needs evidence that divides the events differently, not other verdicts.
+    pub fn routing_ceiling(&self) -> Option<f64> {
+        let mut support: BTreeMap<Scenario, u64> = BTreeMap::new();
+        for (truths, _) in self.counts.values() {
+            for (s, n) in truths {
+                *support.entry(*s).or_default() += n;
+            }
+        }
+        let mut m = ConfusionMatrix::new();
+        for (truths, _) in self.counts.values() {
+            let share = |s: &Scenario| truths.get(s).map_or(0.0, |n| *n as f64 / support[s] as f64);
+            let Some(best) = truths.keys().copied().max_by(|a, b| share(a).total_cmp(&share(b)).then(b.cmp(a)))
+            else {
+                continue;
+            };
+            for (truth, n) in truths {
+                for _ in 0..*n {
+                    m.add(*truth, best);
+                }
+            }
+        }
+        m.macro_accuracy()
+    }
 }
 
 impl fmt::Display for RuleScores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<24} {:>6} {:>6} {:>10}", "rule", "events", "right", "precision")?;
-        for (r, n, k) in self.rows() {
-            writeln!(f, "{r:<24} {n:>6} {k:>6} {:>10}", pct(Some(k as f64 / n as f64)))?;
+        writeln!(f, "{:<24} {:>6} {:>6} {:>10}  {}", "rule", "events", "right", "precision", "true scenarios")?;
+        for (r, (truths, k)) in &self.counts {
+            let n: u64 = truths.values().sum();
+            let mut by: Vec<(&Scenario, &u64)> = truths.iter().collect();
+            by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let truths = by.iter().map(|(s, c)| format!("{s} {c}")).collect::<Vec<_>>().join(", ");
+            writeln!(f, "{r:<24} {n:>6} {k:>6} {:>10}  {truths}", pct(Some(*k as f64 / n as f64)))?;
         }
         Ok(())
     }
@@ -339,5 +372,38 @@ mod tests {
         assert!(text.contains("macro-averaged accuracy (mean recall) 95.0 %"), "{text}");
         assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("batch") && l.contains(" 9 ")), "{text}");
         assert_eq!(ConfusionMatrix::new().macro_accuracy(), None);
+    }
+
+    #[test]
+    fn rule_scores_precision_and_routing_ceiling() {
+        use Scenario::{Batch, Sequence, Static};
+        let mut r = RuleScores::default();
+        // rule a: 3 batch (answered batch), 2 sequence; rule b: 1 static answered sequence.
+        for _ in 0..3 {
+            r.add("a", Batch, Batch);
+        }
+        r.add("a", Sequence, Batch);
+        r.add("a", Sequence, Batch);
+        r.add("b", Static, Sequence);
+        assert_eq!(r.rows(), [("a", 5, 3), ("b", 1, 0)]);
+        assert_eq!(r.worst(1), Some(("b", 0.0)));
+        assert_eq!(r.worst(2), Some(("a", 0.6)));
+        // Best verdicts: a -> batch (3 of 3 batch beat 2 of 2 sequence? no: both are all of their
+        // support, the tie goes to batch, first in the taxonomy), b -> static: 1, 0, 1.
+        assert!((r.routing_ceiling().unwrap() - 2.0 / 3.0).abs() < 1e-12);
+        // Rarer scenarios weigh more: 1 fragmentation among 2 batch events is worth more (1/1)
+        // than the 2 batch events (2 of 5 batch).
+        let mut w = RuleScores::default();
+        for _ in 0..3 {
+            w.add("x", Batch, Batch);
+        }
+        w.add("y", Batch, Batch);
+        w.add("y", Batch, Batch);
+        w.add("y", Scenario::Fragmentation, Batch);
+        // x -> batch (3/5), y -> fragmentation (1/1): (0.6 + 1) / 2.
+        assert!((w.routing_ceiling().unwrap() - 0.8).abs() < 1e-12);
+        let text = r.to_string();
+        assert!(text.lines().nth(1).is_some_and(|l| l.ends_with("batch 3, sequence 2")), "{text}");
+        assert_eq!(RuleScores::default().routing_ceiling(), None);
     }
 }
