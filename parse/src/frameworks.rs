@@ -112,7 +112,9 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("outofmemoryerrorongpu") && c.contains("cannotallocate") {
         return Some(Family::Paddle);
     }
+    // The 1.5-era fluid allocator: `Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_…`.
     if (c.contains("cannotallocate") && c.contains("gpumemory,availablememoryis"))
+        || (c.contains("cannotmalloc") && c.contains("gpumemory"))
         || c.contains("pleasecheckwhetherthereisanyotherprocessusinggpu")
     {
         return Some(Family::Paddle);
@@ -467,6 +469,9 @@ fn cupy(c: &str, f: &mut Fields) {
 fn paddle(c: &str, f: &mut Fields) {
     // `Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, 7.78GB memory has
     // been allocated and available memory is only 416.625000MB.`
+    if let Some((v, _)) = after(c, "cannotmalloc", 0).and_then(|q| size_at(c, q, false)) {
+        f.requested.get_or_insert(v);
+    }
     let Some(p) = after(c, "cannotallocate", 0) else {
         return;
     };
@@ -673,11 +678,21 @@ mod tests {
                 Family::Vllm,
             ),
             ("RuntimeError: No executable batch size found, reached zero.", Family::Accelerate),
+            (
+                "Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use or FLAGS_initial_gpu_memory_in_mb",
+                Family::Paddle,
+            ),
         ] {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
         assert_eq!(detect(&compact("step 1 loss 2.0")), None);
         assert_eq!(detect(&compact("INFO memory usage 12 GiB")), None);
+    }
+
+    #[test]
+    fn paddle_fluid_malloc() {
+        let f = fields("Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use");
+        assert!(f.requested.is_some_and(|v| (49_000_000..=51_500_000).contains(&v)), "{:?}", f.requested);
     }
 
     #[test]
