@@ -83,7 +83,7 @@ fn real_messages_are_attributed_to_their_established_cause() {
     println!("per rule:\n{rules}");
     // What the best verdict per rule would score: the bound of the evidence the rules split on.
     println!(
-        "routing ceiling (each rule answering its events' most common cause): macro {:.1} %\n",
+        "routing ceiling (the best one verdict per rule could score): macro {:.1} %\n",
         rules.routing_ceiling().unwrap() * 100.0
     );
     println!("reliability (verdicts other than unknown; {unknown} unknown):\n{reliability}");

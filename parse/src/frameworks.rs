@@ -7,7 +7,7 @@
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
-//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` | `tensorflow` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`) | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
@@ -129,6 +129,10 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Nccl);
     }
     if c.contains("oomwhenallocatingtensor") {
+        return Some(Family::TfTensor);
+    }
+    // The same error cut to its head (an issue title, a one-line summary): `ResourceExhaustedError: OOM`.
+    if c.contains("resourceexhaustederror:oom") {
         return Some(Family::TfTensor);
     }
     if c.contains("ranoutofmemorytryingtoallocate") {
@@ -655,6 +659,7 @@ mod tests {
                 "ResourceExhaustedError: OOM when allocating tensor with shape[2,3] and type float on /job:l/device:GPU:0 by allocator GPU_0_bfc",
                 Family::TfTensor,
             ),
+            ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM", Family::TfTensor),
             (
                 "Allocator (GPU_0_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
                 Family::Bfc,
@@ -691,7 +696,8 @@ mod tests {
 
     #[test]
     fn paddle_fluid_malloc() {
-        let f = fields("Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use");
+        let f =
+            fields("Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use");
         assert!(f.requested.is_some_and(|v| (49_000_000..=51_500_000).contains(&v)), "{:?}", f.requested);
     }
 

@@ -143,7 +143,8 @@ impl RuleScores {
         let mut m = ConfusionMatrix::new();
         for (truths, _) in self.counts.values() {
             let share = |s: &Scenario| truths.get(s).map_or(0.0, |n| *n as f64 / support[s] as f64);
-            let Some(best) = truths.keys().copied().max_by(|a, b| share(a).total_cmp(&share(b)).then(b.cmp(a)))
+            let Some(best) =
+                truths.keys().copied().max_by(|a, b| share(a).total_cmp(&share(b)).then(b.cmp(a)))
             else {
                 continue;
             };
@@ -159,7 +160,11 @@ impl RuleScores {
 
 impl fmt::Display for RuleScores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<24} {:>6} {:>6} {:>10}  {}", "rule", "events", "right", "precision", "true scenarios")?;
+        writeln!(
+            f,
+            "{:<24} {:>6} {:>6} {:>10}  {}",
+            "rule", "events", "right", "precision", "true scenarios"
+        )?;
         for (r, (truths, k)) in &self.counts {
             let n: u64 = truths.values().sum();
             let mut by: Vec<(&Scenario, &u64)> = truths.iter().collect();

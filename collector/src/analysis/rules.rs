@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 4;
+pub const RULES_VERSION: u32 = 5;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -243,29 +243,29 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
             "" | "explicit" => &[(HostOom, 95)],
             "allocation" => &[(HostOom, 90)],
             "shm" => &[(HostOom, 85), (Unknown, 15)],
-            "sigkill" => &[(HostOom, 80), (Unknown, 20)],
+            "sigkill" => &[(HostOom, 90), (Unknown, 10)],
             _ => &[(HostOom, 60), (Unknown, 40)],
         },
         Rule::XidError => &[(Unknown, 30)],
         Rule::StaticEstimate => &[(Static, 95)],
-        Rule::StartupReservation => &[(Static, 90), (Sequence, 10)],
-        Rule::StartupFreeMemory => &[(Contention, 80), (Static, 20)],
-        Rule::NoCacheBlocks => &[(Contention, 65), (Batch, 20), (Static, 15)],
+        Rule::StartupReservation => &[(Static, 95), (Sequence, 5)],
+        Rule::StartupFreeMemory => &[(Contention, 85), (Static, 15)],
+        Rule::NoCacheBlocks => &[(Contention, 70), (Batch, 20), (Static, 10)],
         Rule::BatchBudget => &[(Batch, 60), (Static, 25), (Sequence, 15)],
         Rule::BatchSearchExhausted => &[(Sequence, 55), (Static, 35), (Batch, 10)],
         Rule::NeighboursTookIt => match f.others_from.as_str() {
             "message" | "samples" | "implied" => &[(Contention, 80), (Batch, 10), (Sequence, 10)],
-            _ => &[(Contention, 60), (Batch, 30), (Sequence, 10)],
+            _ => &[(Contention, 65), (Batch, 25), (Sequence, 10)],
         },
-        Rule::StaticAtLoad => &[(Static, 80), (Contention, 10), (Batch, 10)],
+        Rule::StaticAtLoad => &[(Static, 85), (Batch, 10), (Contention, 5)],
         // Decided from the allocator's own state, not inferred from printed totals.
         Rule::SnapshotFragmented => &[(Fragmentation, 90), (Batch, 10)],
         Rule::SnapshotWeights => &[(Static, 75), (Batch, 15), (Sequence, 10)],
         Rule::SnapshotActivations if attention_sites(f) => &[(Sequence, 65), (Batch, 30), (Static, 5)],
         Rule::SnapshotActivations => &[(Batch, 70), (Sequence, 25), (Static, 5)],
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
-        Rule::SingleHugeRequest => &[(Sequence, 70), (Batch, 20), (Static, 10)],
-        Rule::FragmentedCache => &[(Fragmentation, 70), (Batch, 20), (Sequence, 10)],
+        Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
+        Rule::FragmentedCache => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
         Rule::FreeButRefused => &[(Fragmentation, 55), (Contention, 25), (Unknown, 20)],
         Rule::StaticNoFrees => &[(Static, 50), (Batch, 30), (Contention, 20)],
         Rule::InferenceTooBig => &[(Sequence, 55), (Batch, 25), (Static, 20)],
@@ -275,9 +275,9 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         }
         Rule::BatchActivations => &[(Batch, 40), (Sequence, 30), (Static, 25), (Fragmentation, 5)],
         Rule::ContextCreation => &[(Contention, 55), (Batch, 25), (Static, 20)],
-        Rule::AllocatorRefused => &[(Batch, 65), (Sequence, 15), (Contention, 10), (Fragmentation, 10)],
+        Rule::AllocatorRefused => &[(Batch, 75), (Contention, 10), (Fragmentation, 10), (Sequence, 5)],
         Rule::DevicePreallocation => &[(Contention, 55), (Static, 25), (Batch, 20)],
-        Rule::OutsideAllocator => &[(Contention, 50), (Sequence, 25), (Batch, 15), (Fragmentation, 10)],
+        Rule::OutsideAllocator => &[(Contention, 55), (Sequence, 25), (Batch, 10), (Fragmentation, 10)],
         Rule::PhaseOnly => match f.phase_effective.as_str() {
             "load" | "optimizer_init" | "startup" => &[(Static, 70), (Contention, 20), (Batch, 10)],
             "inference" | "eval" => &[(Sequence, 50), (Batch, 30), (Static, 20)],
@@ -1048,7 +1048,7 @@ mod tests {
         assert_eq!(rule(host.clone()), Rule::HostOomKill);
         assert_eq!(attribute(&feat(host.clone())).confidence_pct, 95);
         let killed = EventEvidence { host_evidence: "sigkill".into(), ..host };
-        assert_eq!(attribute(&feat(killed)).confidence_pct, 80);
+        assert_eq!(attribute(&feat(killed)).confidence_pct, 90);
         assert_eq!(rule(EventEvidence { kind: "xid".into(), ..EventEvidence::default() }), Rule::XidError);
 
         // Others: listed, implied by the numbers, or only outside the allocator.
