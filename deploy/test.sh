@@ -14,6 +14,8 @@
 #    dashboard's queries (deploy/grafana/sql) and every panel/variable/annotation SQL of the
 #    dashboard over the fixtures on a throw-away 18.16 server and on chdb-core; the answers must
 #    match; the committed dashboard JSON must equal deploy/grafana/build.py's output.
+# 6. The Python hook helper against a real hook listener (again under a Python with a real torch
+#    where one imports it: Debian's CPU-only python3-torch, which CI installs) and its pip package.
 #
 # Exits non-zero if anything fails. Environment: PYTHON (default python3), OOMLENS_SKIP_RUST_TESTS=1
 # to run only the SQL check.
