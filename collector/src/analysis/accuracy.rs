@@ -160,11 +160,7 @@ impl RuleScores {
 
 impl fmt::Display for RuleScores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:<24} {:>6} {:>6} {:>10}  {}",
-            "rule", "events", "right", "precision", "true scenarios"
-        )?;
+        writeln!(f, "{:<24} {:>6} {:>6} {:>10}  true scenarios", "rule", "events", "right", "precision")?;
         for (r, (truths, k)) in &self.counts {
             let n: u64 = truths.values().sum();
             let mut by: Vec<(&Scenario, &u64)> = truths.iter().collect();
