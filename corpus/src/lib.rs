@@ -75,8 +75,9 @@ pub fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-/// Every record of the corpus in `dir`, with its message, checked: ids unique, labels and
-/// expected kinds known, every message present and non-empty.
+/// Every record of the corpus in `dir`, with its message, checked: ids unique and in order (so
+/// additions from several branches merge without conflicts), labels and expected kinds known,
+/// every message present and non-empty.
 pub fn load_from(dir: &Path) -> Result<Vec<Record>, CorpusError> {
     let read =
         |path: PathBuf| std::fs::read_to_string(&path).map_err(|source| CorpusError::Read { path, source });
@@ -87,6 +88,13 @@ pub fn load_from(dir: &Path) -> Result<Vec<Record>, CorpusError> {
         let bad = |problem: String| CorpusError::Record { id: r.id.clone(), problem };
         if !seen.insert(r.id.clone()) {
             return Err(bad("duplicate id".into()));
+        }
+        if let Some(previous) = out.last().map(|p: &Record| p.id.as_str())
+            && previous > r.id.as_str()
+        {
+            return Err(bad(format!(
+                "out of order: records are sorted by id, and {previous:?} comes before it"
+            )));
         }
         if !EXPECT.contains(&r.expect.as_str()) {
             return Err(bad(format!("unknown expect {:?}", r.expect)));
@@ -132,5 +140,28 @@ mod tests {
             let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
             assert!(ids.contains(&name), "messages/{name} has no record");
         }
+    }
+
+    #[test]
+    fn records_out_of_order_or_repeated_are_refused() {
+        let dir = std::env::temp_dir().join(format!("oomlens-corpus-order-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("messages")).expect("dir");
+        let record = |id: &str| {
+            std::fs::write(dir.join("messages").join(format!("{id}.log")), "CUDA out of memory.")
+                .expect("write");
+            format!(
+                "[[record]]\nid = \"{id}\"\nsource = \"o/r#1\"\nurl = \"u\"\nframework = \"pytorch\"\nexpect = \"cuda_oom\"\nbasis = \"b\"\n\n"
+            )
+        };
+        let check = |ids: &[&str]| {
+            let index: String = ids.iter().map(|id| record(id)).collect();
+            std::fs::write(dir.join("index.toml"), index).expect("write");
+            load_from(&dir).map(|r| r.len()).map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&["a-1", "b-2"]), Ok(2));
+        let err = check(&["b-2", "a-1"]).unwrap_err();
+        assert!(err.contains("a-1") && err.contains("out of order") && err.contains("\"b-2\""), "{err}");
+        assert!(check(&["a-1", "a-1"]).unwrap_err().contains("duplicate id"));
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }
