@@ -425,11 +425,18 @@ async fn replicated_shards_survive_dead_replicas_and_a_zookeeper_outage() {
     let (on_single, _stop_s) = start_collector(collector_config(&pki, &single.url(), any)).await;
     // Each node streams to one of the two collectors and, with the same seed, to the single server:
     // 240 simulated seconds at 4× (a minute), long enough to kill things under load.
+    // The drain outlasts the outage: 18.16 replicas restart only once they reach ZooKeeper
+    // again, which on a loaded machine took over a minute (an agent stops as soon as everything
+    // is acknowledged, so the long limit costs nothing when they are quick).
+    let agent = |node: &str, to: SocketAddr, seed: u64| {
+        let mut cfg = agent_config(&pki, node, to, seed, 240, 4.0);
+        cfg.uplink.drain_timeout_ms = 240_000;
+        spawn_agent(cfg)
+    };
     let mut agents = Vec::new();
     for (i, node) in NODES.iter().enumerate() {
-        let to = collectors[i % 2].0.addr;
-        agents.push(spawn_agent(agent_config(&pki, node, to, 90 + i as u64, 240, 4.0)));
-        agents.push(spawn_agent(agent_config(&pki, node, on_single.addr, 90 + i as u64, 240, 4.0)));
+        agents.push(agent(node, collectors[i % 2].0.addr, 90 + i as u64));
+        agents.push(agent(node, on_single.addr, 90 + i as u64));
     }
     tokio::time::sleep(Duration::from_secs(8)).await;
     servers[1].kill().unwrap();

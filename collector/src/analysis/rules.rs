@@ -1072,7 +1072,7 @@ mod tests {
             ..tenant
         };
         assert_eq!(feat(v1.clone()).others_from, "outside");
-        assert_eq!(attribute(&feat(v1)).confidence_pct, 60);
+        assert_eq!(attribute(&feat(v1)).confidence_pct, 65);
 
         // A large cache that, with the free memory, would serve the request: fragmentation.
         let frag = EventEvidence {
