@@ -80,6 +80,7 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("resource_exhausted")
         || c.contains("executablebatchsize")
         || c.contains("toserveatleastonerequest")
+        || c.contains("storedinkvcache")
         || c.contains("anyotherprocessusinggpu")
         || c.contains("attemptingtoreserve"))
     {
@@ -683,6 +684,10 @@ mod tests {
                 Family::Vllm,
             ),
             ("RuntimeError: No executable batch size found, reached zero.", Family::Accelerate),
+            (
+                "The model's max seq len (56000) is larger than the maximum number of tokens that can be stored in KV cache (43328)",
+                Family::Vllm,
+            ),
             (
                 "Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use or FLAGS_initial_gpu_memory_in_mb",
                 Family::Paddle,

@@ -816,10 +816,21 @@ impl LogParser {
 
     fn close(&mut self, p: Pending, out: &mut Vec<ParsedOom>) {
         self.work += p.compact.len() * 2;
-        let mut fields = Fields::default();
-        pytorch::extract(&p.compact, &mut fields);
-        frameworks::extract(&p.compact, &mut fields);
-        fields.fill_from(&p.fields);
+        // The numbers read from the message's lines joined (hard-wrapped numbers and words) and
+        // from each line alone (`push_line`). PyTorch's message is read joined only. For the
+        // other families each line's own reading wins: joined lines run into each other without
+        // a separator (`current device: 0` + `2023/11/22 …` reads as device 02023).
+        let mut joined = Fields::default();
+        pytorch::extract(&p.compact, &mut joined);
+        frameworks::extract(&p.compact, &mut joined);
+        let mut fields = if p.family == Family::Torch {
+            joined.fill_from(&p.fields);
+            joined
+        } else {
+            let mut own = p.fields.clone();
+            own.fill_from(&joined);
+            own
+        };
         resolve_own_process(&mut fields);
         let numbered = fields.requested.is_some() || fields.capacity.is_some() || fields.allocated.is_some();
         let (kind, framework, host_evidence) = match &p.host {

@@ -35,6 +35,27 @@ fn one_line_message() {
     check_v2(&events[0]);
 }
 
+/// The lines of a non-PyTorch failure are joined without separators for hard-wrapped numbers;
+/// each line's own numbers win, so a number never runs into the next line's (seen in real logs:
+/// `current device: 0` before a `2023/11/22 …` line read as GPU 2023, a buffer size before a
+/// `1.06.520.086 E …` timestamp read ten times too large).
+#[test]
+fn numbers_do_not_run_into_the_next_line() {
+    let events = parse_all([
+        "CUDA error 2 at ggml-cuda.cu:7358: out of memory",
+        "current device: 0",
+        "2023/11/22 11:37:21 llama.go:430: 2 at ggml-cuda.cu:7358: out of memory",
+    ]);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].fields.gpu, Some(0));
+    let events = parse_all([
+        "1.06.520.084 E ggml_gallocr_reserve_n_impl: failed to allocate CUDA1 buffer of size 54262464512",
+        "1.06.520.086 E graph_reserve: failed to allocate compute buffers",
+    ]);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].fields.gpu, events[0].fields.requested), (Some(1), Some(54_262_464_512)));
+}
+
 #[test]
 fn hard_wrapped_mid_word_and_interleaved() {
     let mut lines = vec!["epoch 3".to_owned()];
