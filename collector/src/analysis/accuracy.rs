@@ -99,11 +99,20 @@ impl ConfusionMatrix {
     }
 }
 
-/// How often each rule was right, and the true scenarios of the events each rule took.
+/// How often each rule was right, and the true scenarios of the events each rule took. A rule's
+/// `unknown` verdicts are abstentions: they count in its events (and the routing ceiling) but not
+/// in its precision, which is over the verdicts it committed to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleScores {
-    /// Per rule: its events' true scenarios (counts) and how many it got right.
-    counts: BTreeMap<&'static str, (BTreeMap<Scenario, u64>, u64)>,
+    /// Per rule: its events' true scenarios (counts) and its tally.
+    counts: BTreeMap<&'static str, (BTreeMap<Scenario, u64>, Tally)>,
+}
+
+/// One rule's verdicts: right, and `unknown` (abstained).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    right: u64,
+    abstained: u64,
 }
 
 impl RuleScores {
@@ -111,20 +120,27 @@ impl RuleScores {
     pub fn add(&mut self, rule: &'static str, truth: Scenario, attributed: Scenario) {
         let e = self.counts.entry(rule).or_default();
         *e.0.entry(truth).or_default() += 1;
-        e.1 += u64::from(truth == attributed);
+        e.1.right += u64::from(truth == attributed);
+        e.1.abstained += u64::from(attributed == Scenario::Unknown);
     }
 
     /// `(rule, events, right)` per rule, by name.
     pub fn rows(&self) -> Vec<(&'static str, u64, u64)> {
-        self.counts.iter().map(|(r, (truths, k))| (*r, truths.values().sum(), *k)).collect()
+        self.counts.iter().map(|(r, (truths, t))| (*r, truths.values().sum(), t.right)).collect()
     }
 
-    /// The lowest precision of a rule that fired at least `min_events` times.
+    /// A rule's precision: right / the verdicts other than `unknown` (None: it only abstained).
+    fn precision(truths: &BTreeMap<Scenario, u64>, t: Tally) -> Option<f64> {
+        let committed = truths.values().sum::<u64>() - t.abstained;
+        (committed > 0).then(|| t.right as f64 / committed as f64)
+    }
+
+    /// The lowest precision of a rule that committed to a verdict at least `min_events` times.
     pub fn worst(&self, min_events: u64) -> Option<(&'static str, f64)> {
-        self.rows()
-            .into_iter()
-            .filter(|(_, n, _)| *n >= min_events)
-            .map(|(r, n, k)| (r, k as f64 / n as f64))
+        self.counts
+            .iter()
+            .filter(|(_, (truths, t))| truths.values().sum::<u64>() - t.abstained >= min_events)
+            .filter_map(|(r, (truths, t))| Some((*r, Self::precision(truths, *t)?)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
@@ -161,12 +177,16 @@ impl RuleScores {
 impl fmt::Display for RuleScores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{:<24} {:>6} {:>6} {:>10}  true scenarios", "rule", "events", "right", "precision")?;
-        for (r, (truths, k)) in &self.counts {
+        for (r, (truths, t)) in &self.counts {
             let n: u64 = truths.values().sum();
             let mut by: Vec<(&Scenario, &u64)> = truths.iter().collect();
             by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            let truths = by.iter().map(|(s, c)| format!("{s} {c}")).collect::<Vec<_>>().join(", ");
-            writeln!(f, "{r:<24} {n:>6} {k:>6} {:>10}  {truths}", pct(Some(*k as f64 / n as f64)))?;
+            let listed = by.iter().map(|(s, c)| format!("{s} {c}")).collect::<Vec<_>>().join(", ");
+            let precision = match Self::precision(truths, *t) {
+                Some(p) => pct(Some(p)),
+                None => "abstains".to_owned(),
+            };
+            writeln!(f, "{r:<24} {n:>6} {:>6} {precision:>10}  {listed}", t.right)?;
         }
         Ok(())
     }
@@ -406,5 +426,12 @@ mod tests {
         let text = r.to_string();
         assert!(text.lines().nth(1).is_some_and(|l| l.ends_with("batch 3, sequence 2")), "{text}");
         assert_eq!(RuleScores::default().routing_ceiling(), None);
+        // `unknown` verdicts are abstentions: not in the precision, still events.
+        r.add("c", Batch, Scenario::Unknown);
+        r.add("c", Batch, Scenario::Unknown);
+        r.add("a", Sequence, Scenario::Unknown);
+        assert_eq!(r.worst(1), Some(("b", 0.0)), "c only abstained");
+        assert_eq!(r.worst(2), Some(("a", 0.6)), "a committed 5 times, right 3");
+        assert!(r.to_string().lines().any(|l| l.starts_with("c ") && l.contains("abstains")), "{r}");
     }
 }

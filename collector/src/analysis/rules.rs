@@ -255,7 +255,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::BatchSearchExhausted => &[(Sequence, 55), (Static, 35), (Batch, 10)],
         Rule::NeighboursTookIt => match f.others_from.as_str() {
             "message" | "samples" | "implied" => &[(Contention, 80), (Batch, 10), (Sequence, 10)],
-            _ => &[(Contention, 65), (Batch, 25), (Sequence, 10)],
+            _ => &[(Contention, 60), (Batch, 30), (Sequence, 10)],
         },
         Rule::StaticAtLoad => &[(Static, 85), (Batch, 10), (Contention, 5)],
         // Decided from the allocator's own state, not inferred from printed totals.
@@ -267,15 +267,17 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
         Rule::FragmentedCache => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
         Rule::FreeButRefused => &[(Fragmentation, 55), (Contention, 25), (Unknown, 20)],
-        Rule::StaticNoFrees => &[(Static, 50), (Batch, 30), (Contention, 20)],
+        Rule::StaticNoFrees => &[(Static, 45), (Batch, 35), (Contention, 20)],
         Rule::InferenceTooBig => &[(Sequence, 55), (Batch, 25), (Static, 20)],
         // The job's own report (hook, simulator) or its samples say it was a training step.
         Rule::BatchActivations if f.phase_source == "reported" || !f.no_shape() || f.own_samples > 0 => {
             &[(Batch, 75), (Sequence, 15), (Static, 10)]
         }
-        Rule::BatchActivations => &[(Batch, 40), (Sequence, 30), (Static, 25), (Fragmentation, 5)],
+        Rule::BatchActivations => &[(Batch, 40), (Sequence, 35), (Static, 20), (Fragmentation, 5)],
         Rule::ContextCreation => &[(Contention, 55), (Batch, 25), (Static, 20)],
-        Rule::AllocatorRefused => &[(Batch, 75), (Contention, 10), (Fragmentation, 10), (Sequence, 5)],
+        Rule::AllocatorRefused => {
+            &[(Batch, 70), (Contention, 10), (Fragmentation, 10), (Sequence, 5), (Static, 5)]
+        }
         Rule::DevicePreallocation => &[(Contention, 55), (Static, 25), (Batch, 20)],
         Rule::OutsideAllocator => &[(Contention, 55), (Sequence, 25), (Batch, 10), (Fragmentation, 10)],
         Rule::PhaseOnly => match f.phase_effective.as_str() {
@@ -1072,7 +1074,7 @@ mod tests {
             ..tenant
         };
         assert_eq!(feat(v1.clone()).others_from, "outside");
-        assert_eq!(attribute(&feat(v1)).confidence_pct, 65);
+        assert_eq!(attribute(&feat(v1)).confidence_pct, 60);
 
         // A large cache that, with the free memory, would serve the request: fragmentation.
         let frag = EventEvidence {
