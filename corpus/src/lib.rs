@@ -30,6 +30,11 @@ pub struct Record {
     /// What is notable about the format.
     #[serde(default)]
     pub notes: String,
+    /// The rules version whose verdicts were already fixed when this record was collected: the
+    /// record did not shape those rules, so for them (and no later version) it is a fresh test.
+    /// Absent on the records the rules were derived with.
+    #[serde(default)]
+    pub collected_after_rules: Option<u32>,
     /// The message, read from `messages/<id>.log`.
     #[serde(skip)]
     pub text: String,
@@ -114,6 +119,15 @@ pub fn load_from(dir: &Path) -> Result<Vec<Record>, CorpusError> {
         out.push(r);
     }
     Ok(out)
+}
+
+impl Record {
+    /// Whether this record is fresh for rules version `rules_version`: collected after that
+    /// version's verdicts were fixed, so it measures how the rules do on messages they were not
+    /// derived from.
+    pub fn fresh_for(&self, rules_version: u32) -> bool {
+        self.collected_after_rules.is_some_and(|v| v >= rules_version)
+    }
 }
 
 /// Every record of this repository's corpus.
