@@ -14,7 +14,8 @@
 //!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
 //! * `phase.rs` — the phase read from the traceback frames around a message; `host.rs` — host-memory
 //!   symptoms in job logs (killed workers, `Killed`, exit 137); `hint.rs` — what a message's own
-//!   words say about the cause (`message.hint`).
+//!   words say about the cause (`message.hint`); `op.rs` — the code the failing allocation was
+//!   made in (attention: hint `attention`, its clue `message.op`).
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
 //! * `command.rs` — reading whole files or stdin through both parsers (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
@@ -40,6 +41,7 @@ pub mod hint;
 pub mod host;
 pub mod kernel;
 pub mod lines;
+pub mod op;
 pub mod pci;
 pub mod phase;
 pub mod prefix;
@@ -93,6 +95,10 @@ pub const PHASE_SOURCE_LABEL: &str = "phase.source";
 pub const PHASE_CLUE_LABEL: &str = "phase.clue";
 /// Label key of the message's own kind (`hint.rs`).
 pub const MESSAGE_HINT_LABEL: &str = "message.hint";
+/// Label key of the code the failing allocation was made in (`op.rs`): the frame or graph node.
+pub const MESSAGE_OP_LABEL: &str = "message.op";
+/// The hint of a failure whose allocation was made in attention code (`op.rs`).
+pub const ATTENTION_HINT: &str = "attention";
 /// Upper bound of [`LogParser::last_line_work`] (bytes examined for one line).
 pub const MAX_LINE_WORK: usize =
     text::MAX_LINE_BYTES * (4 + MAX_PENDING) + 2 * MAX_PENDING * MAX_COMPACT_BYTES;
@@ -178,6 +184,9 @@ pub struct ParsedOom {
     pub host_evidence: Option<HostEvidence>,
     /// What the message says beyond "out of memory" (`hint.rs`).
     pub hint: Option<&'static str>,
+    /// The code the failing allocation was made in, when the lines name attention (`op.rs`): the
+    /// clue, e.g. `traceback: forward (modeling_llama.py)`.
+    pub op: Option<String>,
     /// 1-based line where the event starts.
     pub line: u64,
     /// The event's lines as printed (bounded, see the module docs).
@@ -204,6 +213,7 @@ struct JsonOom<'a> {
     phase_clue: Option<&'a str>,
     host_evidence: Option<&'static str>,
     hint: Option<&'static str>,
+    op: Option<&'a str>,
     line: u64,
 }
 
@@ -231,6 +241,7 @@ impl ParsedOom {
             phase: None,
             host_evidence: None,
             hint: None,
+            op: None,
             line,
             lines: vec![text::bounded(text).to_owned()],
         }
@@ -281,6 +292,9 @@ impl ParsedOom {
         if let Some(h) = self.hint {
             labels.push(Label { key: MESSAGE_HINT_LABEL.into(), value: h.into() });
         }
+        if let Some(o) = &self.op {
+            labels.push(Label { key: MESSAGE_OP_LABEL.into(), value: clip(o) });
+        }
         labels
     }
 
@@ -309,6 +323,7 @@ impl ParsedOom {
             phase_clue: self.phase.as_ref().map(|p| p.clue.as_str()),
             host_evidence: self.host_evidence.map(HostEvidence::as_str),
             hint: self.hint,
+            op: self.op.as_deref(),
             line: self.line,
         };
         // Serialising plain integers, options and strings cannot fail.
@@ -336,6 +351,9 @@ impl ParsedOom {
         }
         if let Some(h) = self.hint {
             let _ = write!(s, "\n  {:<25} {h}", "message");
+        }
+        if let Some(o) = &self.op {
+            let _ = write!(s, "\n  {:<25} {o}", "failing code");
         }
         let size = |v: u64| format!("{} ({v} B)", units::format_size(v));
         for (label, v) in [
@@ -882,7 +900,13 @@ impl LogParser {
         } else {
             phase::phase_of(&lines, &p.compact)
         };
-        let hint = hint::message_hint(&p.compact);
+        // An allocation in attention code says more than the generic graph-tensor hint; a
+        // start-up check's own words say more than either.
+        let mut hint = hint::message_hint(&p.compact);
+        let op = op::attention_clue(&lines).filter(|_| hint.is_none_or(|h| h == "graph_tensor"));
+        if op.is_some() {
+            hint = Some(ATTENTION_HINT);
+        }
         out.push(ParsedOom {
             kind,
             framework,
@@ -891,6 +915,7 @@ impl LogParser {
             phase,
             host_evidence,
             hint,
+            op,
             line: p.start,
             lines,
         });

@@ -167,7 +167,8 @@ struct Frame<'a> {
     source: Option<&'a str>,
 }
 
-/// A frame line: `File "path", line N, in function`, IPython's `File ~/path.py:296, in
+/// A frame line: `File "path", line N, in function` (also with its start cut off by a paste:
+/// `…path", line N, in function`), IPython's `File ~/path.py:296, in
 /// Class.function(args)`, or Jupyter's `/path/module.py in function(args)`. Returns the file and
 /// the function's own name (a method's class and its arguments dropped).
 pub fn frame_of(line: &str) -> Option<(&str, &str)> {
@@ -191,6 +192,16 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
             .rsplit_once(':')
             .map_or(file, |(f, line)| if line.bytes().all(|b| b.is_ascii_digit()) { f } else { file });
         return (!file.contains(' ')).then_some((file, function.trim()));
+    }
+    // A standard frame line whose start a paste cut off: `…/modeling_x.py", line 273, in forward`.
+    if let Some((file, tail)) = t.split_once("\", line ")
+        && file.ends_with(".py")
+        && !file.contains(' ')
+        && let Some((number, function)) = tail.split_once(", in ")
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Some((file, function.trim()));
     }
     // IPython / Jupyter: `/path/module.py in function(args)`.
     let (file, tail) = t.split_once(".py in ")?;
@@ -311,6 +322,9 @@ mod tests {
         assert_eq!(phase(jupyter), Some(Phase::OptimizerStep), "Jupyter frames (source line not adjacent)");
         let ipython = "File ~/env/site-packages/bitsandbytes/nn/modules.py:296, in Params4bit._quantize(self, device)\n    294 def _quantize(self, device):\nRuntimeError: CUDA driver error: out of memory";
         assert_eq!(phase(ipython), Some(Phase::Load));
+        let cut = "main/x/transformers/modeling_utils.py\", line 3850, in from_pretrained\n    ) = cls._load_pretrained_model(\nx";
+        assert_eq!(phase(cut), Some(Phase::Load), "a frame line whose start the paste cut off");
+        assert_eq!(frame_of("see train.py\", line 3, in the log"), None, "prose is not a frame");
         assert_eq!(phase("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 MiB"), None);
         // A batch moved to the GPU in the training loop is not a model load.
         assert_eq!(phase("  File \"train.py\", line 5, in main\n    x = x.to(device)\nx"), None);

@@ -141,6 +141,7 @@ fn json_has_exactly_the_keys() {
         "phase_clue",
         "host_evidence",
         "hint",
+        "op",
         "line",
     ];
     let mut got = keys.clone();

@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 5;
+pub const RULES_VERSION: u32 = 6;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -90,6 +90,9 @@ pub enum Rule {
     SingleHugeRequest,
     /// Its own cache held a large share of the GPU, enough with the free memory for the request.
     FragmentedCache,
+    /// The failing allocation was made in attention code (the innermost model frame of the
+    /// traceback, or the graph node): seq² memory.
+    AttentionAtFailure,
     /// The device reported enough free memory for the request, and still it failed.
     FreeButRefused,
     /// A full GPU with nothing cached: nothing was freed yet, as while the weights load.
@@ -118,7 +121,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in evaluation order.
-    pub const ALL: [Rule; 27] = [
+    pub const ALL: [Rule; 28] = [
         Rule::HostOomKill,
         Rule::XidError,
         Rule::StaticEstimate,
@@ -135,6 +138,7 @@ impl Rule {
         Rule::SnapshotActivations,
         Rule::SingleHugeRequest,
         Rule::FragmentedCache,
+        Rule::AttentionAtFailure,
         Rule::FreeButRefused,
         Rule::StaticNoFrees,
         Rule::InferenceTooBig,
@@ -167,6 +171,7 @@ impl Rule {
             Rule::SequenceAttention => "sequence_attention",
             Rule::SingleHugeRequest => "single_huge_request",
             Rule::FragmentedCache => "fragmented_cache",
+            Rule::AttentionAtFailure => "attention_at_failure",
             Rule::FreeButRefused => "free_but_refused",
             Rule::StaticNoFrees => "static_no_frees",
             Rule::InferenceTooBig => "inference_too_big",
@@ -266,6 +271,9 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
         Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
         Rule::FragmentedCache => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
+        // As the allocator snapshot's attention sites: the score matrix grows with seq², but a
+        // larger batch multiplies it too.
+        Rule::AttentionAtFailure => &[(Sequence, 65), (Batch, 30), (Static, 5)],
         Rule::FreeButRefused => &[(Fragmentation, 55), (Contention, 25), (Unknown, 20)],
         Rule::StaticNoFrees => &[(Static, 45), (Batch, 35), (Contention, 20)],
         Rule::InferenceTooBig => &[(Sequence, 55), (Batch, 25), (Static, 20)],
@@ -335,11 +343,7 @@ struct Facts {
 /// Whether the top activation sites are attention code (their function or file names it).
 fn attention_sites(f: &OomFeatures) -> bool {
     f.alloc_sites.iter().take(3).map(|s| AllocSite::parse(s)).any(|s| {
-        let text = format!("{} {}", s.function, s.site).to_ascii_lowercase();
-        !s.holds_state()
-            && ["attn", "attention", "softmax", "scaled_dot_product", "flash"]
-                .iter()
-                .any(|w| text.contains(w))
+        !s.holds_state() && oomlens_parse::op::names_attention(&format!("{} {}", s.function, s.site))
     })
 }
 
@@ -445,6 +449,12 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     // Its own cache held a large share of the GPU, enough with the free memory: in pieces.
     if x.fragmented {
         return Rule::FragmentedCache;
+    }
+    // The allocation that failed was attention's (the traceback's innermost model frame, the
+    // graph node): its score matrix grows with the square of the sequence length. Not where the
+    // device reported enough free memory: then the request's size was not the problem.
+    if f.message_hint == oomlens_parse::ATTENTION_HINT && !(x.free_covers && x.numbers && !x.too_big_alone) {
+        return Rule::AttentionAtFailure;
     }
     // One request larger than a quarter of the GPU that the free memory could not serve: a single
     // huge tensor. A step's activations come back every step, so the process's swing before the
@@ -693,6 +703,10 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             share(f.cached_free_bytes.unwrap_or(0), f.capacity_bytes.unwrap_or(0)),
             ob(f.free_bytes),
             ob(f.requested_bytes)
+        ),
+        Rule::AttentionAtFailure => format!(
+            "the failing allocation{} was made in attention code, whose score matrix grows with the square of the sequence length",
+            f.requested_bytes.map_or_else(String::new, |q| format!(" ({})", b(q)))
         ),
         Rule::FreeButRefused => format!(
             "the device reported {} free for a {} request and still refused it: not in one block, or a limit other than the GPU",
@@ -1085,7 +1099,7 @@ mod tests {
             free_bytes: Some(9 * GIB),
             ..msg()
         };
-        assert_eq!(rule(frag), Rule::FragmentedCache);
+        assert_eq!(rule(frag.clone()), Rule::FragmentedCache);
         // Enough free memory reported and still refused.
         let free = EventEvidence {
             requested_bytes: Some(20 * MIB),
@@ -1095,7 +1109,7 @@ mod tests {
             free_bytes: Some(78 * GIB),
             ..msg()
         };
-        assert_eq!(rule(free), Rule::FreeButRefused);
+        assert_eq!(rule(free.clone()), Rule::FreeButRefused);
         // One huge request.
         let huge = EventEvidence {
             requested_bytes: Some(40 * GIB),
@@ -1106,6 +1120,22 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(huge), Rule::SingleHugeRequest);
+        // The failing allocation was attention's: the sequence, with or without numbers; not
+        // where the device had the memory free, and a fragmented cache still comes first.
+        let attn = EventEvidence { message_hint: oomlens_parse::ATTENTION_HINT.into(), ..msg() };
+        let a = attribute(&feat(attn.clone()));
+        assert_eq!((a.rule, a.scenario, a.confidence_pct), (Rule::AttentionAtFailure, Sequence, 65));
+        assert!(a.evidence.iter().any(|e| e.contains("attention")), "{:?}", a.evidence);
+        let tf = EventEvidence {
+            framework: "tensorflow".into(),
+            message_hint: oomlens_parse::ATTENTION_HINT.into(),
+            ..EventEvidence::default()
+        };
+        assert_eq!(rule(EventEvidence { kind: "cuda_oom".into(), ..tf }), Rule::AttentionAtFailure);
+        let free_attn = EventEvidence { message_hint: oomlens_parse::ATTENTION_HINT.into(), ..free.clone() };
+        assert_eq!(rule(free_attn), Rule::FreeButRefused);
+        let frag_attn = EventEvidence { message_hint: oomlens_parse::ATTENTION_HINT.into(), ..frag.clone() };
+        assert_eq!(rule(frag_attn), Rule::FragmentedCache);
         // The phase decides: loading → static; generation → the input's length.
         let load = EventEvidence { phase: "load".into(), phase_label: "traceback".into(), ..msg() };
         assert_eq!(rule(load), Rule::StaticAtLoad);

@@ -1,0 +1,110 @@
+//! What the failing allocation was for, read from the lines printed with the message: the code
+//! that asked for the memory. One finding so far, **attention**: the score matrix of attention
+//! grows with the square of the sequence length, so an allocation that fails inside attention code
+//! points at the input's length rather than the batch (`docs/attribution.md`, rule
+//! `attention_at_failure`).
+//!
+//! Where the code is named:
+//!
+//! * a Python traceback — the innermost frame outside torch's own package (`…/torch/…`: the
+//!   functional and module plumbing every model call passes through), that is the model code that
+//!   made the call; its function, file name and source line. The same frame an allocator
+//!   snapshot's sites name.
+//! * a TensorFlow graph node — `[[node path/to/op (defined at …)]]` or the older
+//!   `[[Node: path/to/op = Op[…]]]` trailer names the op that could not get its tensor.
+//!
+//! The words: `attn`, `attention`, `scaled_dot_product`, `sdpa`, `flash_attn`. A mask built for
+//! attention (`_prepare_decoder_attention_mask`) is seq² as well and counts. The model code
+//! around attention (the projections, the MLP, the logits) does not: it grows with batch × length
+//! alike.
+
+use crate::phase::frame_of;
+
+/// Words (lower case) that name attention code.
+const ATTENTION: &[&str] = &["attn", "attention", "scaled_dot_product", "sdpa"];
+
+/// The clue when the failing allocation was made in attention code: `traceback: forward
+/// (modeling_llama.py)` or `graph node: …/self_attention/…/Softmax`. `None` when the lines do not
+/// name the code, or name other code.
+pub fn attention_clue(lines: &[String]) -> Option<String> {
+    node_clue(lines).or_else(|| frame_clue(lines))
+}
+
+/// Whether `text` (a function, file or source line, a graph node) names attention code. Also what
+/// the attribution asks of an allocator snapshot's sites.
+pub fn names_attention(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    ATTENTION.iter().any(|w| t.contains(w))
+}
+
+/// The innermost frame outside torch's own package, when it is attention code.
+fn frame_clue(lines: &[String]) -> Option<String> {
+    let mut innermost: Option<(usize, &str, &str)> = None;
+    for (i, l) in lines.iter().enumerate() {
+        if let Some((file, function)) = frame_of(l) {
+            let norm = file.replace('\\', "/");
+            if !norm.contains("/torch/") {
+                innermost = Some((i, file, function));
+            }
+        }
+    }
+    let (i, file, function) = innermost?;
+    let source = lines
+        .get(i + 1)
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty() && frame_of(s).is_none() && !s.starts_with("Traceback"))
+        .unwrap_or("");
+    let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    (names_attention(function) || names_attention(name) || names_attention(source))
+        .then(|| format!("traceback: {function} ({name})"))
+}
+
+/// The TensorFlow node named in the message's trailer, when it is attention code.
+fn node_clue(lines: &[String]) -> Option<String> {
+    lines.iter().find_map(|l| {
+        let lower = l.to_ascii_lowercase();
+        let at = lower.find("[[node")?.checked_add(6)?;
+        let rest = l.get(at..)?.trim_start_matches([':', ' ']);
+        let path = rest.split([' ', '=', ']', '(']).next().unwrap_or("");
+        (!path.is_empty() && names_attention(path)).then(|| format!("graph node: {path}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clue(text: &str) -> Option<String> {
+        attention_clue(&text.lines().map(str::to_owned).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn attention_in_the_innermost_model_frame() {
+        let sdpa = "  File \"/x/transformers/models/qwen2_vl/modeling_qwen2_vl.py\", line 390, in forward\n    attn_output = F.scaled_dot_product_attention(q, k, v, attention_mask)\ntorch.OutOfMemoryError: CUDA out of memory.";
+        assert_eq!(clue(sdpa).as_deref(), Some("traceback: forward (modeling_qwen2_vl.py)"));
+        // torch's own frames below the model code are plumbing: the model frame decides.
+        let softmax = "  File \"/x/ldm/modules/attention.py\", line 56, in forward\n    sim = sim.softmax(dim=-1)\n  File \"/x/site-packages/torch/nn/functional.py\", line 1843, in softmax\n    ret = input.softmax(dim)\nRuntimeError: CUDA out of memory.";
+        assert_eq!(clue(softmax).as_deref(), Some("traceback: forward (attention.py)"));
+        // The MLP of the same model is not attention, though an outer frame is.
+        let mlp = "  File \"/x/modeling_llama.py\", line 300, in forward\n    hidden_states = self.self_attn(hidden_states)\n  File \"/x/modeling_llama.py\", line 150, in forward\n    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)))\n  File \"/x/torch/nn/modules/linear.py\", line 114, in forward\n    return F.linear(input, self.weight, self.bias)\nx";
+        assert_eq!(clue(mlp), None);
+        // A paste that cut the frame line's start keeps the model frame.
+        let cut = "main/vlm/qwen2_vl/modeling_qwen2_5_vl.py\", line 273, in forward\n    attn_weights = torch.matmul(q, k.transpose(1, 2))\ntorch.OutOfMemoryError: CUDA out of memory.";
+        assert_eq!(clue(cut).as_deref(), Some("traceback: forward (modeling_qwen2_5_vl.py)"));
+        assert_eq!(clue("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 MiB"), None);
+    }
+
+    #[test]
+    fn attention_in_the_graph_node() {
+        let old = "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[336840,2807]\n\t [[Node: transformer/body/decoder/layer_0/self_attention/multihead_attention/dot_product_attention/Softmax = Softmax[T=DT_FLOAT]()]]";
+        assert_eq!(
+            clue(old).as_deref(),
+            Some(
+                "graph node: transformer/body/decoder/layer_0/self_attention/multihead_attention/dot_product_attention/Softmax"
+            )
+        );
+        let new = "  [[node encoder/block_018/layer_000/SelfAttention/einsum_7/Einsum (defined at /x/mtf.py:123) ]]";
+        assert!(clue(new).is_some_and(|c| c.contains("SelfAttention")));
+        assert_eq!(clue("  [[node conv2d_5/Conv2D (defined at train.py:9) ]]"), None);
+    }
+}
