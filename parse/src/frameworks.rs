@@ -12,7 +12,7 @@
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
-//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory` | `llama.cpp` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
 //! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`) + its hints | `paddle` |
 //! | Serving | TGI `Not enough memory to handle N prefill tokens` / `… N total tokens with M prefill tokens`; SGLang `Not enough memory. Please try to increase --mem-fraction-static` | `tgi` / `sglang` |
@@ -162,6 +162,10 @@ pub fn detect(c: &str) -> Option<Family> {
         || (c.contains("unabletoallocate") && (c.contains("cuda0buffer") || c.contains("backendbuffer")))
         || c.contains("failedtoallocatebufferforkvcache")
         || c.contains("failedtoallocatecomputebuffers")
+        // ggml's Vulkan backend: `ggml_vulkan: Device memory allocation of size N failed.`,
+        // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
+        || (c.contains("ggml_vulkan:devicememoryallocationofsize") && c.contains("failed"))
+        || c.contains("erroroutofdevicememory")
     {
         return Some(Family::Ggml);
     }
@@ -531,6 +535,9 @@ fn ggml(c: &str, f: &mut Fields) {
     {
         f.requested.get_or_insert(v);
     }
+    if let Some((v, _)) = after(c, "devicememoryallocationofsize", 0).and_then(|p| uint_at(c, p)) {
+        f.requested.get_or_insert(v);
+    }
 }
 
 fn vllm(c: &str, f: &mut Fields) {
@@ -679,6 +686,7 @@ mod tests {
                 "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory",
                 Family::Ggml,
             ),
+            ("ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", Family::Ggml),
             (
                 "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
                 Family::Vllm,
@@ -723,6 +731,8 @@ mod tests {
         let f =
             fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
         assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("ggml_vulkan: Device memory allocation of size 96612096 failed.");
+        assert_eq!(f.requested, Some(96_612_096));
         let f = fields("ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 292926534144");
         assert_eq!((f.requested, f.gpu), (Some(292_926_534_144), Some(1)));
         let f = fields(

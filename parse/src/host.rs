@@ -9,7 +9,7 @@
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM` |
 //! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
@@ -101,7 +101,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("unable to allocate")
         || l.contains("allocator cpu")
         || l.contains("memalign")
-        || l.contains("winerror 1455"))
+        || l.contains("winerror 1455")
+        || t.contains(KILLED_ZH))
     {
         return None;
     }
@@ -185,6 +186,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("terminated with signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
+    // PyCharm / IDE runners: `Process finished with exit code 137 (interrupted by signal 9: SIGKILL)`.
+    if l.contains("interrupted by signal 9") {
+        return sym(Sigkill, "ide", None);
+    }
     if l.contains("exit code 137")
         || l.contains("exited with code 137")
         || l.contains("exit status 137")
@@ -201,11 +206,16 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     None
 }
 
+/// bash's `Killed` in the zh_CN locale.
+const KILLED_ZH: &str = "已杀死";
+
 /// A shell's report of a process killed by SIGKILL: `Killed` alone (also glued to the end of a
 /// progress bar), bash's `… line 28:  8156 Killed   python3 main.py`, zsh's `[1]  14875 killed  python`.
 fn killed_line(t: &str) -> Option<HostSymptom> {
     let lower = t.to_ascii_lowercase();
+    // bash in a Chinese locale prints `已杀死` for `Killed`.
     if lower == "killed"
+        || t == KILLED_ZH
         || lower.ends_with("]killed")
         || lower.ends_with("it/s]killed")
         || lower.ends_with("| killed")
@@ -214,7 +224,7 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
     }
     // bash: `<script>: line N: <pid> Killed <command>`; zsh: `[job] <pid> killed <command>`.
     let words: Vec<&str> = t.split_whitespace().collect();
-    let i = words.iter().position(|w| *w == "Killed" || *w == "killed")?;
+    let i = words.iter().position(|w| *w == "Killed" || *w == "killed" || *w == KILLED_ZH)?;
     let pid = words.get(i.checked_sub(1)?)?.parse::<u32>().ok()?;
     let bash = i.checked_sub(3).is_some_and(|j| words[j] == "line");
     // zsh's job number `[1]`, also glued to the end of a progress bar (`1.84s/it][1]`).
@@ -252,6 +262,9 @@ mod tests {
                 (Sigkill, "shell", Some(8156)),
             ),
             ("[1]    14875 killed     python main.py --low_vram", (Sigkill, "shell", Some(14875))),
+            ("已杀死", (Sigkill, "shell", None)),
+            ("run.sh: line 3:  8156 已杀死               python train.py", (Sigkill, "shell", Some(8156))),
+            ("interrupted by signal 9:SIGKILL (137)", (Sigkill, "ide", None)),
             (
                 "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
                 (Explicit, "slurm", None),
@@ -267,10 +280,7 @@ mod tests {
                 (Sigkill, "torchrun", Some(1168)),
             ),
             ("traceback : Signal 9 (SIGKILL) received by PID 10398", (Sigkill, "torchrun", Some(10398))),
-            (
-                "Process finished with exit code 137 (interrupted by signal 9:SIGKILL)",
-                (Sigkill, "shell", None),
-            ),
+            ("Process finished with exit code 137 (interrupted by signal 9:SIGKILL)", (Sigkill, "ide", None)),
             (
                 "[enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 845152256 bytes. Error code 12 (Cannot allocate memory)",
                 (Allocation, "pytorch", None),
