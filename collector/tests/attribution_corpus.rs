@@ -17,7 +17,7 @@ use oomlens_schema::Scenario;
 
 /// The lowest macro accuracy accepted: a regression floor under the measured value with a margin
 /// for records added later (the goal, 85 %, is in `docs/attribution.md`).
-const MIN_MACRO: f64 = 0.66;
+const MIN_MACRO: f64 = 0.62;
 /// The lowest precision of a rule that fired at least five times (the same kind of floor: the
 /// undecidable `batch_activations` sits near its calibrated 40 %).
 const MIN_RULE_PRECISION: f64 = 0.35;
