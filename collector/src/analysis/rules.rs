@@ -934,7 +934,12 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
             ob(f.free_bytes)
         ));
     }
-    if !f.message_hint.is_empty() {
+    if f.message_hint == oomlens_parse::ATTENTION_HINT {
+        ev.push(format!(
+            "message: the failing allocation was made in attention code (the frame or graph node is the event's label {})",
+            oomlens_parse::MESSAGE_OP_LABEL
+        ));
+    } else if !f.message_hint.is_empty() {
         ev.push(format!("message: {}", f.message_hint.replace('_', " ")));
     }
 }
