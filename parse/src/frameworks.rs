@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`) | `tensorflow` |
@@ -208,6 +208,11 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("cudaruntimeerror(2):outofmemory")
         || c.contains("cuda_error_out_of_memory")
         || c.contains("cudaerror(2),outofmemory")
+        // TensorRT's builder: `Error Code 2: OutOfMemory (no further information)`.
+        || c.contains("errorcode2:outofmemory")
+        // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
+        // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
+        || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
     {
         return true;
     }
@@ -348,6 +353,10 @@ pub fn extract(c: &str, f: &mut Fields) {
     ggml(c, f);
     vllm(c, f);
     paddle(c, f);
+    // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
+    if let Some((v, _)) = after(c, "requestedamountofgpumemory(", 0).and_then(|p| uint_at(c, p)) {
+        f.requested.get_or_insert(v);
+    }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
     }
@@ -600,8 +609,12 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "tensorflow"
         } else if c.contains("xla") || c.contains("jax") {
             "jax"
+        } else if c.contains("rmmfailure") || c.contains("/rmm/") {
+            "rapids"
         } else if c.contains("turbomind") || c.contains("lmdeploy") {
             "lmdeploy"
+        } else if c.contains("[trt]") || c.contains("virtualmemorybuffer") || c.contains("ibuilderconfig") {
+            "tensorrt"
         } else if c.contains("tensorrt") {
             "tensorrt-llm"
         } else {
@@ -687,6 +700,14 @@ mod tests {
                 Family::Ggml,
             ),
             ("ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", Family::Ggml),
+            (
+                "[02/15/2023-06:20:02] [E] Error[2]: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)",
+                Family::Cuda,
+            ),
+            (
+                "MemoryError: std::bad_alloc: RMM failure at:/x/rmm/include/rmm/mr/device/pool_memory_resource.hpp:179: Maximum pool size exceeded",
+                Family::Cuda,
+            ),
             (
                 "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
                 Family::Vllm,
