@@ -9,7 +9,7 @@
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM` |
 //! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
@@ -186,6 +186,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("terminated with signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
+    // gunicorn's arbiter: `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` — unless it
+    // killed the worker itself after a `WORKER TIMEOUT (pid:N)` (`LogParser` checks that).
+    if l.contains("was sent sigkill! perhaps out of memory") {
+        return sym(Sigkill, GUNICORN, number_after(&l, "(pid:"));
+    }
     // PyCharm / IDE runners: `Process finished with exit code 137 (interrupted by signal 9: SIGKILL)`.
     if l.contains("interrupted by signal 9") {
         return sym(Sigkill, "ide", None);
@@ -204,6 +209,16 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         return sym(Launcher, "launcher", None);
     }
     None
+}
+
+/// Who printed gunicorn's worker-killed line.
+pub const GUNICORN: &str = "gunicorn";
+
+/// The worker a gunicorn `WORKER TIMEOUT (pid:N)` line names: gunicorn kills that worker itself,
+/// so its later `was sent SIGKILL` is not the OOM killer's.
+pub fn worker_timeout_pid(body: &str) -> Option<u32> {
+    let at = body.find("WORKER TIMEOUT (pid:")?;
+    number_after(&body[at..], "(pid:")
 }
 
 /// bash's `Killed` in the zh_CN locale.
@@ -265,6 +280,10 @@ mod tests {
             ("已杀死", (Sigkill, "shell", None)),
             ("run.sh: line 3:  8156 已杀死               python train.py", (Sigkill, "shell", Some(8156))),
             ("interrupted by signal 9:SIGKILL (137)", (Sigkill, "ide", None)),
+            (
+                "[2020-09-12 05:37:52 +0000] [18] [ERROR] Worker (pid:21) was sent SIGKILL! Perhaps out of memory?",
+                (Sigkill, "gunicorn", Some(21)),
+            ),
             (
                 "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
                 (Explicit, "slurm", None),

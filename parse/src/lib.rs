@@ -89,6 +89,8 @@ pub const LAUNCHER_GRACE: u64 = 64;
 /// A serving engine's memory-profiling line at most this many lines before its start-up error
 /// lends the error its numbers (the device's capacity).
 pub const PROFILE_REACH: u64 = 256;
+/// Worker timeouts remembered to explain a later SIGKILL of the same worker (gunicorn).
+pub const MAX_TIMED_OUT: usize = 64;
 /// Label key saying where the event's phase came from (`traceback`: the log around the message).
 pub const PHASE_SOURCE_LABEL: &str = "phase.source";
 /// Label key of the clue the phase was read from (a frame, the message's words).
@@ -583,6 +585,8 @@ pub struct LogParser {
     duplicates: u64,
     /// The last serving-engine memory-profiling line: (line number, compact text).
     profile: Option<(u64, String)>,
+    /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
+    timed_out: VecDeque<u32>,
 }
 
 impl LogParser {
@@ -644,9 +648,16 @@ impl LogParser {
         if c.contains("memoryprofilingresults:") || c.contains("total_gpu_memory=") {
             self.profile = Some((self.line, c.clone()));
         }
+        if let Some(pid) = host::worker_timeout_pid(body) {
+            if self.timed_out.len() == MAX_TIMED_OUT {
+                self.timed_out.pop_front();
+            }
+            self.timed_out.push_back(pid);
+        }
         let mut symptom = None;
         let family = frameworks::detect(&c).or_else(|| bfc_dump(&origin, raw, &c)).or_else(|| {
-            symptom = host::detect(body).filter(|s| !self.launcher_explained(s, &origin));
+            symptom = host::detect(body)
+                .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
             symptom.as_ref().map(|_| Family::Host)
         });
         if let Some(family) = family {
@@ -708,6 +719,11 @@ impl LogParser {
             && (self.pending.iter().any(|p| p.family != Family::Host)
                 || self.traceback_of(origin).is_some()
                 || self.recent.iter().any(|r| self.line.saturating_sub(r.ended) <= LAUNCHER_GRACE))
+    }
+
+    /// True when gunicorn's SIGKILL of a worker follows its own timeout of that worker.
+    fn timeout_explained(&self, s: &HostSymptom) -> bool {
+        s.framework == host::GUNICORN && s.pid.is_some_and(|pid| self.timed_out.contains(&pid))
     }
 
     fn start(

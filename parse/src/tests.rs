@@ -211,3 +211,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn gunicorn_sigkill_after_its_own_timeout_is_not_a_host_oom() {
+    let parse = |text: &str| {
+        let mut p = LogParser::new();
+        let mut out: Vec<ParsedOom> = text.lines().flat_map(|l| p.feed_line(l)).collect();
+        out.extend(p.finish());
+        out
+    };
+    // gunicorn timed the worker out and killed it itself (mlflow's CI log).
+    let timeout = "[2024-01-19 00:48:31 +0000] [2973] [CRITICAL] WORKER TIMEOUT (pid:2977)\n[2024-01-19 00:48:32 +0000] [2973] [ERROR] Worker (pid:2977) was sent SIGKILL! Perhaps out of memory?\n[2024-01-19 00:48:32 +0000] [3004] [INFO] Booting worker with pid: 3004";
+    assert!(parse(timeout).is_empty());
+    // No timeout of that worker: the OOM killer.
+    let oom = "[2020-09-12 05:37:48 +0000] [21] [INFO] Booting worker with pid: 21\neating memory\n[2020-09-12 05:37:52 +0000] [18] [ERROR] Worker (pid:21) was sent SIGKILL! Perhaps out of memory?";
+    let got = parse(oom);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].kind, got[0].host_evidence), (OomKind::HostOomKill, Some(HostEvidence::Sigkill)));
+    // Another worker's timeout does not explain it.
+    let other = format!("[x] [1] [CRITICAL] WORKER TIMEOUT (pid:7)\n{oom}");
+    assert_eq!(parse(&other).len(), 1);
+}
