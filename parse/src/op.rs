@@ -18,7 +18,7 @@
 //! around attention (the projections, the MLP, the logits) does not: it grows with batch × length
 //! alike.
 
-use crate::phase::frame_of;
+use crate::phase::{file_name, frames};
 
 /// Words (lower case) that name attention code.
 const ATTENTION: &[&str] = &["attn", "attention", "scaled_dot_product", "sdpa"];
@@ -39,33 +39,22 @@ pub fn names_attention(text: &str) -> bool {
 
 /// The innermost frame outside torch's own package, when it is attention code.
 fn frame_clue(lines: &[String]) -> Option<String> {
-    let mut innermost: Option<(usize, &str, &str)> = None;
-    for (i, l) in lines.iter().enumerate() {
-        if let Some((file, function)) = frame_of(l) {
-            let norm = file.replace('\\', "/");
-            if !norm.contains("/torch/") {
-                innermost = Some((i, file, function));
-            }
-        }
-    }
-    let (i, file, function) = innermost?;
-    let source = lines
-        .get(i + 1)
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty() && frame_of(s).is_none() && !s.starts_with("Traceback"))
-        .unwrap_or("");
-    let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
-    (names_attention(function) || names_attention(name) || names_attention(source))
-        .then(|| format!("traceback: {function} ({name})"))
+    let f = frames(lines).into_iter().rev().find(|f| !f.file.replace('\\', "/").contains("/torch/"))?;
+    let name = file_name(f.file);
+    (names_attention(f.function) || names_attention(name) || f.source.is_some_and(names_attention))
+        .then(|| format!("traceback: {} ({name})", f.function))
 }
 
 /// The TensorFlow node named in the message's trailer, when it is attention code.
 fn node_clue(lines: &[String]) -> Option<String> {
     lines.iter().find_map(|l| {
-        let lower = l.to_ascii_lowercase();
-        let at = lower.find("[[node")?.checked_add(6)?;
-        let rest = l.get(at..)?.trim_start_matches([':', ' ']);
-        let path = rest.split([' ', '=', ']', '(']).next().unwrap_or("");
+        // `[[node …`, `[[Node: …`, TensorFlow 2's `[[{{node …}}]]`.
+        let rest = l.get(l.find("[[")? + 2..)?.trim_start_matches('{');
+        if !rest.get(..4)?.eq_ignore_ascii_case("node") {
+            return None;
+        }
+        let rest = rest.get(4..)?.trim_start_matches([':', ' ']);
+        let path = rest.split([' ', '=', ']', '(', '}']).next().unwrap_or("");
         (!path.is_empty() && names_attention(path)).then(|| format!("graph node: {path}"))
     })
 }
@@ -106,5 +95,7 @@ mod tests {
         let new = "  [[node encoder/block_018/layer_000/SelfAttention/einsum_7/Einsum (defined at /x/mtf.py:123) ]]";
         assert!(clue(new).is_some_and(|c| c.contains("SelfAttention")));
         assert_eq!(clue("  [[node conv2d_5/Conv2D (defined at train.py:9) ]]"), None);
+        let tf2 = "\t [[{{node model/encoder/self_attention/einsum/Einsum}}]]";
+        assert_eq!(clue(tf2).as_deref(), Some("graph node: model/encoder/self_attention/einsum/Einsum"));
     }
 }

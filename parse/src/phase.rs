@@ -161,10 +161,10 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
 /// One Python frame: `File "path", line N, in function` (or the IPython / debugger form
 /// `path in function(args)`), with its source line when the next line is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Frame<'a> {
-    file: &'a str,
-    function: &'a str,
-    source: Option<&'a str>,
+pub(crate) struct Frame<'a> {
+    pub(crate) file: &'a str,
+    pub(crate) function: &'a str,
+    pub(crate) source: Option<&'a str>,
 }
 
 /// A frame line: `File "path", line N, in function` (also with its start cut off by a paste:
@@ -211,7 +211,8 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
     Some((file, tail))
 }
 
-fn frames<'a>(lines: &'a [String]) -> Vec<Frame<'a>> {
+/// The frames of `lines`, outermost first (also what `op.rs` reads the failing code from).
+pub(crate) fn frames<'a>(lines: &'a [String]) -> Vec<Frame<'a>> {
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         if let Some((file, function)) = frame_of(l) {
@@ -225,7 +226,7 @@ fn frames<'a>(lines: &'a [String]) -> Vec<Frame<'a>> {
     out
 }
 
-fn file_name(path: &str) -> &str {
+pub(crate) fn file_name(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 

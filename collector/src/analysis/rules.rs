@@ -326,6 +326,9 @@ struct Facts {
     huge_request: bool,
     /// The device reported enough free memory for the request.
     free_covers: bool,
+    /// With the numbers, the device had the memory free and the process was not too big alone:
+    /// the request's size was not the problem.
+    refused_while_free: bool,
     /// The message has the allocator's numbers (allocated or reserved) and a capacity.
     numbers: bool,
     /// The allocator holds (almost) nothing cached.
@@ -391,6 +394,7 @@ fn facts(f: &OomFeatures) -> Facts {
         fragmented,
         huge_request,
         free_covers,
+        refused_while_free: free_covers && numbers && !too_big_alone,
         numbers,
         no_frees,
         snapshot_fragmented,
@@ -453,7 +457,7 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     // The allocation that failed was attention's (the traceback's innermost model frame, the
     // graph node): its score matrix grows with the square of the sequence length. Not where the
     // device reported enough free memory: then the request's size was not the problem.
-    if f.message_hint == oomlens_parse::ATTENTION_HINT && !(x.free_covers && x.numbers && !x.too_big_alone) {
+    if f.message_hint == oomlens_parse::ATTENTION_HINT && !x.refused_while_free {
         return Rule::AttentionAtFailure;
     }
     // One request larger than a quarter of the GPU that the free memory could not serve: a single
@@ -467,7 +471,7 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     {
         return Rule::SingleHugeRequest;
     }
-    if x.free_covers && x.numbers && !x.too_big_alone {
+    if x.refused_while_free {
         return Rule::FreeButRefused;
     }
     if x.numbers || x.too_big_alone {
