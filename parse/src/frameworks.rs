@@ -603,6 +603,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "paddle"
         } else if c.contains("ggml") || c.contains("llama") {
             "llama.cpp"
+        } else if c.contains("cudasuccess(2vs.0)") || c.contains("syncedmem") {
+            "caffe"
         } else if c.contains("cupy") || c.contains("chainer") {
             "cupy"
         } else if c.contains("tensorflow") || c.contains("stream_executor") {

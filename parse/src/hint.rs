@@ -19,6 +19,7 @@
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`) |
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
+//! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
 
 /// The hint of a message whose compact text is `c`, if any.
 pub fn message_hint(c: &str) -> Option<&'static str> {
@@ -41,6 +42,9 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),
         (&["couldnotcreatecudnnhandle"], "context_creation"),
+        (&["cudasuccess(2vs.0)"], "tensor_storage"),
+        (&["outofmemory", "thcstorage"], "tensor_storage"),
+        (&["outofmemory", "thccachingallocator"], "tensor_storage"),
         (&["oomwhenallocatingtensor"], "graph_tensor"),
         (&["ranoutofmemorytryingtoallocate"], "graph_tensor"),
         (&["fromdevice:cuda_error_out_of_memory"], "device_preallocation"),
@@ -71,6 +75,18 @@ mod tests {
                 Some("context_creation"),
             ),
             ("llama_model_load: error loading model: unable to allocate CUDA0 buffer", Some("model_load")),
+            (
+                "F1109 18:20:40.511134 28312 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+                Some("tensor_storage"),
+            ),
+            (
+                "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
+                Some("tensor_storage"),
+            ),
+            (
+                "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:844",
+                None,
+            ),
             ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB", None),
         ] {
             assert_eq!(message_hint(&compact(text)), want, "{text}");

@@ -919,7 +919,8 @@ impl LogParser {
         // An allocation in attention code says more than the generic graph-tensor hint; a
         // start-up check's own words say more than either.
         let mut hint = hint::message_hint(&p.compact);
-        let op = op::attention_clue(&lines).filter(|_| hint.is_none_or(|h| h == "graph_tensor"));
+        let op = op::attention_clue(&lines)
+            .filter(|_| hint.is_none_or(|h| matches!(h, "graph_tensor" | "tensor_storage")));
         if op.is_some() {
             hint = Some(ATTENTION_HINT);
         }

@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 6;
+pub const RULES_VERSION: u32 = 7;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -103,9 +103,12 @@ pub enum Rule {
     BatchActivations,
     /// A library could not create its CUDA context or handle: the GPU was already full.
     ContextCreation,
-    /// A framework's allocator (TensorFlow, XLA, PaddlePaddle, CuPy) refused a tensor; the message
-    /// has no capacity.
+    /// A framework's allocator (TensorFlow, XLA, PaddlePaddle, CuPy; Caffe's and old PyTorch's
+    /// tensor storage) refused a tensor; the message has no capacity.
     AllocatorRefused,
+    /// A local inference engine (llama.cpp, ollama) failed without numbers after loading: its
+    /// weights and context are sized at load, so the reservation, a neighbour or a long request.
+    EngineRuntime,
     /// TensorFlow / XLA could not reserve its memory region at start-up.
     DevicePreallocation,
     /// A CUDA runtime error outside the framework's caching allocator (no numbers): most often a
@@ -121,7 +124,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in evaluation order.
-    pub const ALL: [Rule; 28] = [
+    pub const ALL: [Rule; 29] = [
         Rule::HostOomKill,
         Rule::XidError,
         Rule::StaticEstimate,
@@ -145,10 +148,11 @@ impl Rule {
         Rule::BatchActivations,
         Rule::ContextCreation,
         Rule::DevicePreallocation,
-        Rule::AllocatorRefused,
-        Rule::PhaseOnly,
-        Rule::OutsideAllocator,
         Rule::NeighbourGrowth,
+        Rule::EngineRuntime,
+        Rule::PhaseOnly,
+        Rule::AllocatorRefused,
+        Rule::OutsideAllocator,
         Rule::NoEvidence,
     ];
 
@@ -179,6 +183,7 @@ impl Rule {
             Rule::ContextCreation => "context_creation",
             Rule::AllocatorRefused => "allocator_refused",
             Rule::DevicePreallocation => "device_preallocation",
+            Rule::EngineRuntime => "engine_runtime",
             Rule::OutsideAllocator => "outside_allocator",
             Rule::PhaseOnly => "phase_only",
             Rule::NeighbourGrowth => "neighbour_growth",
@@ -274,23 +279,29 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         // As the allocator snapshot's attention sites: the score matrix grows with seq², but a
         // larger batch multiplies it too.
         Rule::AttentionAtFailure => &[(Sequence, 65), (Batch, 30), (Static, 5)],
-        Rule::FreeButRefused => &[(Fragmentation, 55), (Contention, 25), (Unknown, 20)],
-        Rule::StaticNoFrees => &[(Static, 45), (Batch, 35), (Contention, 20)],
+        // The device had the memory: what refused it sits outside the GPU's memory — the host's
+        // (Windows backs device allocations with the system commit: RAM + page file) — or the
+        // device's free memory was itself in pieces.
+        Rule::FreeButRefused => &[(HostOom, 55), (Fragmentation, 35), (Contention, 10)],
+        Rule::StaticNoFrees => &[(Static, 50), (Batch, 40), (Contention, 10)],
         Rule::InferenceTooBig => &[(Sequence, 55), (Batch, 25), (Static, 20)],
         // The job's own report (hook, simulator) or its samples say it was a training step.
         Rule::BatchActivations if f.phase_source == "reported" || !f.no_shape() || f.own_samples > 0 => {
             &[(Batch, 75), (Sequence, 15), (Static, 10)]
         }
-        Rule::BatchActivations => &[(Batch, 40), (Sequence, 35), (Static, 20), (Fragmentation, 5)],
-        Rule::ContextCreation => &[(Contention, 55), (Batch, 25), (Static, 20)],
+        // The numbers cannot tell batch, length and model apart: on the corpus the three are
+        // almost even.
+        Rule::BatchActivations => &[(Batch, 35), (Sequence, 35), (Static, 25), (Fragmentation, 5)],
+        Rule::ContextCreation => &[(Contention, 65), (Batch, 20), (Static, 15)],
         Rule::AllocatorRefused => {
-            &[(Batch, 70), (Contention, 10), (Fragmentation, 10), (Sequence, 5), (Static, 5)]
+            &[(Batch, 60), (Contention, 20), (Static, 10), (Sequence, 5), (Fragmentation, 5)]
         }
-        Rule::DevicePreallocation => &[(Contention, 55), (Static, 25), (Batch, 20)],
-        Rule::OutsideAllocator => &[(Contention, 55), (Sequence, 25), (Batch, 10), (Fragmentation, 10)],
+        Rule::EngineRuntime => &[(Static, 55), (Contention, 30), (Sequence, 15)],
+        Rule::DevicePreallocation => &[(Contention, 65), (Static, 20), (Batch, 15)],
+        Rule::OutsideAllocator => &[(Contention, 60), (Sequence, 20), (Batch, 15), (Fragmentation, 5)],
         Rule::PhaseOnly => match f.phase_effective.as_str() {
             "load" | "optimizer_init" | "startup" => &[(Static, 70), (Contention, 20), (Batch, 10)],
-            "inference" | "eval" => &[(Sequence, 50), (Batch, 30), (Static, 20)],
+            "inference" | "eval" => &[(Sequence, 70), (Batch, 15), (Static, 15)],
             _ => &[(Batch, 50), (Sequence, 25), (Static, 25)],
         },
         Rule::NeighbourGrowth => &[(Contention, 50), (Batch, 30), (Unknown, 20)],
@@ -495,10 +506,20 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     {
         return Rule::NeighbourGrowth;
     }
+    // A local engine sizes its weights and context (KV cache, compute buffers) at load; an OOM
+    // after that, without numbers, is that reservation, a neighbour, or one long request. Its
+    // phase is always inference and says nothing more.
+    if f.framework == "llama.cpp" && f.no_allocator() {
+        return Rule::EngineRuntime;
+    }
     if !f.phase_effective.is_empty() && f.phase_effective != "steady" {
         return Rule::PhaseOnly;
     }
-    if hint == "graph_tensor" || matches!(f.framework.as_str(), "tensorflow" | "jax" | "paddle" | "cupy") {
+    // A framework's own tensor allocator refused (no caching allocator's numbers): the tensors of
+    // the step, as TensorFlow's, not a workspace outside it.
+    if matches!(hint, "graph_tensor" | "tensor_storage")
+        || matches!(f.framework.as_str(), "tensorflow" | "jax" | "paddle" | "cupy" | "caffe")
+    {
         return Rule::AllocatorRefused;
     }
     // PyTorch's caching allocator prints its own message (a cut one lands above); a bare CUDA
@@ -713,7 +734,7 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             f.requested_bytes.map_or_else(String::new, |q| format!(" ({})", b(q)))
         ),
         Rule::FreeButRefused => format!(
-            "the device reported {} free for a {} request and still refused it: not in one block, or a limit other than the GPU",
+            "the device reported {} free for a {} request and still refused it: a limit outside the GPU's memory (the host's RAM and page file, which back device allocations on Windows), or its free memory in pieces",
             ob(f.free_bytes),
             ob(f.requested_bytes)
         ),
@@ -741,6 +762,9 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             f.framework,
             ob(f.requested_bytes)
         ),
+        Rule::EngineRuntime => {
+            "the local engine ran out after loading, without numbers: its weights and context (sized at load) do not fit beside what else holds the GPU, or one request is too long".to_owned()
+        }
         Rule::DevicePreallocation => {
             "the framework could not reserve its memory region on the device at start-up: the GPU was already occupied".to_owned()
         }
@@ -1064,7 +1088,7 @@ mod tests {
     fn each_rule_fires_on_its_case() {
         assert_eq!(rule(msg()), Rule::BatchActivations, "full, routine slack: not fragmentation");
         let a = attribute(&feat(msg()));
-        assert_eq!((a.scenario, a.confidence_pct), (Batch, 40));
+        assert_eq!((a.scenario, a.confidence_pct), (Batch, 35));
         assert!(a.alternatives.iter().any(|x| x.scenario == Static));
         assert!(a.decide.iter().any(|d| d.starts_with("the phase")), "{:?}", a.decide);
 
@@ -1119,6 +1143,10 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(free.clone()), Rule::FreeButRefused);
+        // The device had the memory: a limit outside it, the host's first.
+        let a = attribute(&feat(free.clone()));
+        assert_eq!(a.scenario, HostOom);
+        assert!(a.alternatives.iter().any(|x| x.scenario == Fragmentation), "{:?}", a.alternatives);
         // One huge request.
         let huge = EventEvidence {
             requested_bytes: Some(40 * GIB),
@@ -1178,7 +1206,19 @@ mod tests {
             rule(EventEvidence { message_hint: "context_creation".into(), ..bare.clone() }),
             Rule::ContextCreation
         );
-        assert_eq!(rule(EventEvidence { phase: "backward".into(), ..bare }), Rule::PhaseOnly);
+        assert_eq!(rule(EventEvidence { phase: "backward".into(), ..bare.clone() }), Rule::PhaseOnly);
+        // A framework's own tensor storage (Caffe, old PyTorch) refused: the step's tensors, as
+        // TensorFlow's allocator, not a workspace outside it.
+        let storage = EventEvidence { message_hint: "tensor_storage".into(), ..bare.clone() };
+        assert_eq!(attribute(&feat(storage)).rule, Rule::AllocatorRefused);
+        let caffe = EventEvidence { framework: "caffe".into(), ..bare.clone() };
+        assert_eq!(attribute(&feat(caffe)).scenario, Batch);
+        // A local engine after loading, without numbers: its reservation first; its phase
+        // (always inference) does not make it the sequence.
+        let engine = EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare };
+        let a = attribute(&feat(engine));
+        assert_eq!((a.rule, a.scenario), (Rule::EngineRuntime, Static));
+        assert!(a.alternatives.iter().any(|x| x.scenario == Contention), "{:?}", a.alternatives);
     }
 
     #[test]
