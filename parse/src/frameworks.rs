@@ -4,12 +4,12 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`) | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
-//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer` | `jax` |
+//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
 //! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory` | `llama.cpp` |
@@ -82,7 +82,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("toserveatleastonerequest")
         || c.contains("storedinkvcache")
         || c.contains("anyotherprocessusinggpu")
-        || c.contains("attemptingtoreserve"))
+        || c.contains("attemptingtoreserve")
+        || c.contains("out_of_resources"))
     {
         return None;
     }
@@ -146,6 +147,9 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("resource_exhausted:errorallocatingdevicebuffer")
         || c.contains("unlikelytohaveenoughmemory")
         || (c.contains("attemptingtoreserve") && c.contains("thatwasnotpossible"))
+        // Older PyTorch/XLA on TPU: `Resource exhausted: Attempting to allocate 180.59M. That was
+        // not possible. There are 142.58M free.; (0x3x0_HBM1)`.
+        || (c.contains("attemptingtoallocate") && c.contains("thatwasnotpossible"))
     {
         return Some(Family::Jax);
     }
@@ -210,6 +214,11 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("cudaerror(2),outofmemory")
         // TensorRT's builder: `Error Code 2: OutOfMemory (no further information)`.
         || c.contains("errorcode2:outofmemory")
+        // SYCL's unified runtime (Intel GPUs, e.g. llama.cpp's SYCL backend): `UR backend returns:40
+        // (UR_RESULT_ERROR_OUT_OF_RESOURCES)`; the older plugin interface's `PI_ERROR_OUT_OF_RESOURCES`.
+        || c.contains("ur_result_error_out_of_resources")
+        || c.contains("ur_result_error_out_of_device_memory")
+        || c.contains("pi_error_out_of_resources")
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
@@ -458,7 +467,9 @@ fn jax(c: &str, f: &mut Fields) {
             f.capacity.get_or_insert(cap);
         }
     }
-    if let Some(p) = after(c, "errorallocatingdevicebuffer:attemptingtoallocate", 0)
+    // `Error allocating device buffer: Attempting to allocate X. That was not possible. There are
+    // Y free.` (the older wording starts at `Attempting`).
+    if let Some(p) = after(c, "attemptingtoallocate", 0).filter(|_| c.contains("thatwasnotpossible"))
         && let Some((v, e)) = size_at(c, p, true)
     {
         f.requested.get_or_insert(v);
@@ -723,6 +734,14 @@ mod tests {
                 "Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_fraction_of_gpu_memory_to_use or FLAGS_initial_gpu_memory_in_mb",
                 Family::Paddle,
             ),
+            (
+                "UR backend failed. UR backend returns:40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)Exception caught at file:/src/ggml-sycl.cpp, line:2819",
+                Family::Cuda,
+            ),
+            (
+                "(1) Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.; (0x3x0_HBM1)",
+                Family::Jax,
+            ),
         ] {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
@@ -768,5 +787,10 @@ mod tests {
         assert_eq!(f.free, Some((141 * GIB + 5) / 10));
         assert_eq!(f.capacity, Some((791 * GIB + 5) / 10));
         assert_eq!(f.requested, Some((712 * GIB + 5) / 10));
+        let f = fields(
+            "Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.; (0x3x0_HBM1)",
+        );
+        assert!(f.requested.is_some_and(|v| v > 180 << 20 && v < 181 << 20), "{:?}", f.requested);
+        assert!(f.free.is_some_and(|v| v > 142 << 20 && v < 143 << 20), "{:?}", f.free);
     }
 }

@@ -9,7 +9,7 @@
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM` |
 //! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
@@ -183,7 +183,9 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
         return sym(Sigkill, "deepspeed", None);
     }
-    if l.contains("terminated with signal sigkill") {
+    // gdb's `Program terminated with signal SIGKILL`; fish's `fish: Job 1, 'python3 …' terminated
+    // by signal SIGKILL (Forced quit)`.
+    if l.contains("terminated with signal sigkill") || l.contains("terminated by signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
     // gunicorn's arbiter: `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` — unless it
@@ -225,11 +227,17 @@ pub fn worker_timeout_pid(body: &str) -> Option<u32> {
 const KILLED_ZH: &str = "已杀死";
 
 /// A shell's report of a process killed by SIGKILL: `Killed` alone (also glued to the end of a
-/// progress bar), bash's `… line 28:  8156 Killed   python3 main.py`, zsh's `[1]  14875 killed  python`.
+/// progress bar; macOS's `Killed: 9`), bash's `… line 28:  8156 Killed   python3 main.py`, zsh's `[1]  14875 killed  python`.
 fn killed_line(t: &str) -> Option<HostSymptom> {
     let lower = t.to_ascii_lowercase();
     // bash in a Chinese locale prints `已杀死` for `Killed`.
+    // macOS shells print `Killed: 9`; a paste that lost the line break glues the next line's
+    // number on (`Killed96160`).
+    let glued_number =
+        lower.strip_prefix("killed").is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()));
     if lower == "killed"
+        || lower == "killed: 9"
+        || glued_number
         || t == KILLED_ZH
         || lower.ends_with("]killed")
         || lower.ends_with("it/s]killed")
@@ -271,6 +279,12 @@ mod tests {
                 (Shm, "pytorch", Some(3855)),
             ),
             ("Killed", (Sigkill, "shell", None)),
+            ("Killed: 9", (Sigkill, "shell", None)),
+            ("Killed96160", (Sigkill, "shell", None)),
+            (
+                "fish: Job 1, 'python3 stable_diffusion.py --p…' terminated by signal SIGKILL (Forced quit)",
+                (Sigkill, "shell", None),
+            ),
             ("  6%|██      | 3787/62565 [04:47<1:10:53, 13.82it/s]Killed", (Sigkill, "shell", None)),
             (
                 "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py --epochs 400",
@@ -323,6 +337,8 @@ mod tests {
             "epoch 3 loss 0.1",
             "Killed process 77 (python) total-vm:10kB",
             "I killed 3 flies",
+            "Killed: 15",
+            "killedby",
             "exit code 1",
         ] {
             assert_eq!(ev(line), None, "{line}");

@@ -283,7 +283,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         // (Windows backs device allocations with the system commit: RAM + page file) — or the
         // device's free memory was itself in pieces.
         Rule::FreeButRefused => &[(HostOom, 55), (Fragmentation, 35), (Contention, 10)],
-        Rule::StaticNoFrees => &[(Static, 50), (Batch, 40), (Contention, 10)],
+        Rule::StaticNoFrees => &[(Static, 60), (Batch, 35), (Contention, 5)],
         Rule::InferenceTooBig => &[(Sequence, 55), (Batch, 25), (Static, 20)],
         // The job's own report (hook, simulator) or its samples say it was a training step.
         Rule::BatchActivations if f.phase_source == "reported" || !f.no_shape() || f.own_samples > 0 => {
@@ -296,7 +296,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::AllocatorRefused => {
             &[(Batch, 60), (Contention, 20), (Static, 10), (Sequence, 5), (Fragmentation, 5)]
         }
-        Rule::EngineRuntime => &[(Static, 55), (Contention, 30), (Sequence, 15)],
+        Rule::EngineRuntime => &[(Static, 60), (Contention, 30), (Sequence, 10)],
         Rule::DevicePreallocation => &[(Contention, 65), (Static, 20), (Batch, 15)],
         Rule::OutsideAllocator => &[(Contention, 60), (Sequence, 20), (Batch, 15), (Fragmentation, 5)],
         Rule::PhaseOnly => match f.phase_effective.as_str() {
