@@ -7,7 +7,7 @@
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
-//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`) | `tensorflow` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
@@ -135,6 +135,15 @@ pub fn detect(c: &str) -> Option<Family> {
     }
     // The same error cut to its head (an issue title, a one-line summary): `ResourceExhaustedError: OOM`.
     if c.contains("resourceexhaustederror:oom") {
+        return Some(Family::TfTensor);
+    }
+    // TensorFlow 1.x's GPU allocator: `ResourceExhaustedError: Ran out of GPU memory when
+    // allocating N bytes for` + the node; TensorFlow 2's eager ops: `ResourceExhaustedError:
+    // failed to allocate memory [Op:AddV2]`.
+    if c.contains("ranoutofgpumemorywhenallocating")
+        || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
+            && c.contains(":failedtoallocatememory"))
+    {
         return Some(Family::TfTensor);
     }
     if c.contains("ranoutofmemorytryingtoallocate") {
@@ -394,6 +403,9 @@ fn dtype_size(name: &str) -> Option<u64> {
 }
 
 fn tf_tensor(c: &str, f: &mut Fields) {
+    if let Some((v, _)) = after(c, "ranoutofgpumemorywhenallocating", 0).and_then(|p| size_at(c, p, false)) {
+        f.requested.get_or_insert(v);
+    }
     let Some(p) = after(c, "oomwhenallocatingtensorwithshape[", 0) else {
         return;
     };
@@ -695,6 +707,11 @@ mod tests {
             ),
             ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM", Family::TfTensor),
             (
+                "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Ran out of GPU memory when allocating 1294336000 bytes for ",
+                Family::TfTensor,
+            ),
+            ("ResourceExhaustedError: failed to allocate memory [Op:AddV2]", Family::TfTensor),
+            (
                 "Allocator (GPU_0_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
                 Family::Bfc,
             ),
@@ -762,6 +779,8 @@ mod tests {
             "OOM when allocating tensor with shape[32,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc",
         );
         assert_eq!((f.requested, f.gpu), (Some(32 * 64 * 256 * 256 * 4), Some(2)));
+        let f = fields("ResourceExhaustedError: Ran out of GPU memory when allocating 1294336000 bytes for ");
+        assert_eq!(f.requested, Some(1_294_336_000));
         let f = fields(
             "Allocator (GPU_1_bfc) ran out of memory trying to allocate 256.00MiB (rounded to 268435456)requested by op Conv2D",
         );
