@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
@@ -228,6 +228,22 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("ur_result_error_out_of_resources")
         || c.contains("ur_result_error_out_of_device_memory")
         || c.contains("pi_error_out_of_resources")
+        // ONNX Runtime's arena (the CUDA / DirectML execution providers' device memory):
+        // `onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested
+        // buffer of size N`.
+        || (c.contains("bfcarena") && c.contains("failedtoallocatememoryforrequestedbuffer"))
+        // torch-directml: `Could not allocate tensor with N bytes. There is not enough GPU video
+        // memory available!`.
+        || (c.contains("couldnotallocatetensorwith") && c.contains("notenoughgpuvideomemory"))
+        // AUTOMATIC1111's split attention checks before it allocates: `RuntimeError: Not enough
+        // memory, use lower resolution (max approx. 384x384). Need: 0.0GB free, Have:0.0GB free`.
+        || c.contains("notenoughmemory,uselowerresolution")
+        // TensorRT-LLM's executor, Rust engines: `… failed due to insufficient GPU memory`.
+        || c.contains("insufficientgpumemory")
+        // OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE (`Memory Object Allocation Failure`).
+        || c.contains("memoryobjectallocationfailure")
+        // ArrayFire: `ArrayFire Exception (Device out of memory:101)`.
+        || c.contains("deviceoutofmemory")
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
@@ -254,7 +270,7 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("outofmemoryat[")
         || c.contains("outofmemoryat(")
         || (c.contains("outofmemory:failedtoallocate") && c.contains("ondevice"))
-        || ["cuda", "gpu", "cudamalloc", "vram"].iter().any(|w| before.contains(w))
+        || ["cuda", "gpu", "cudamalloc", "cumemalloc", "vram"].iter().any(|w| before.contains(w))
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same
@@ -374,6 +390,14 @@ pub fn extract(c: &str, f: &mut Fields) {
     // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
     if let Some((v, _)) = after(c, "requestedamountofgpumemory(", 0).and_then(|p| uint_at(c, p)) {
         f.requested.get_or_insert(v);
+    }
+    // ONNX Runtime's arena: `BFCArena::AllocateRawInternal Failed to allocate memory for
+    // requested buffer of size 643840`; torch-directml: `Could not allocate tensor with 2025000000
+    // bytes. There is not enough GPU video memory available!`.
+    for key in ["requestedbufferofsize", "couldnotallocatetensorwith"] {
+        if let Some((v, _)) = after(c, key, 0).and_then(|p| uint_at(c, p)) {
+            f.requested.get_or_insert(v);
+        }
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -628,6 +652,14 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "llama.cpp"
         } else if c.contains("cudasuccess(2vs.0)") || c.contains("syncedmem") {
             "caffe"
+        } else if c.contains("onnxruntime") || c.contains("bfcarena") {
+            "onnxruntime"
+        } else if c.contains("gpuvideomemory") || c.contains("directml") {
+            "directml"
+        } else if c.contains("uselowerresolution") {
+            "pytorch"
+        } else if c.contains("memoryobjectallocationfailure") {
+            "opencl"
         } else if c.contains("cupy") || c.contains("chainer") {
             "cupy"
         } else if c.contains("tensorflow") || c.contains("stream_executor") {
@@ -756,6 +788,19 @@ mod tests {
                 Family::Cuda,
             ),
             (
+                "2024-09-05 15:15:49.9522079 [E:onnxruntime:, sequential_executor.cc:514 onnxruntime::ExecuteKernel] Non-zero status code returned while running FusedConv node. Name:'Conv_3' Status Message: D:\\a\\_work\\1\\s\\onnxruntime\\core\\framework\\bfc_arena.cc:376 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 643840",
+                Family::Cuda,
+            ),
+            (
+                "!!! Exception during processing !!! Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
+                Family::Cuda,
+            ),
+            ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
+            (
+                "RuntimeError: Not enough memory, use lower resolution (max approx. 384x384). Need: 0.0GB free, Have:0.0GB free",
+                Family::Cuda,
+            ),
+            (
                 "(1) Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.; (0x3x0_HBM1)",
                 Family::Jax,
             ),
@@ -763,6 +808,14 @@ mod tests {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
         assert_eq!(detect(&compact("step 1 loss 2.0")), None);
+        // Warnings of a fallback, not failures.
+        for warning in [
+            "Warning: Ran out of memory when regular decoding, retrying with tiled VAE decoding.",
+            "CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory",
+            "Out of [DEVICE] memory, host memory will be used instead",
+        ] {
+            assert_eq!(detect(&compact(warning)), None, "{warning}");
+        }
         assert_eq!(detect(&compact("INFO memory usage 12 GiB")), None);
     }
 
@@ -779,6 +832,14 @@ mod tests {
             "OOM when allocating tensor with shape[32,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc",
         );
         assert_eq!((f.requested, f.gpu), (Some(32 * 64 * 256 * 256 * 4), Some(2)));
+        let f = fields(
+            "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 150994944",
+        );
+        assert_eq!(f.requested, Some(150_994_944));
+        let f = fields(
+            "Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
+        );
+        assert_eq!(f.requested, Some(2_025_000_000));
         let f = fields("ResourceExhaustedError: Ran out of GPU memory when allocating 1294336000 bytes for ");
         assert_eq!(f.requested, Some(1_294_336_000));
         let f = fields(

@@ -6,8 +6,8 @@
 //!
 //! | evidence | lines (examples) |
 //! |---|---|
-//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu` |
+//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`; HTCondor `Docker job has gone over memory limit of N Mb` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
@@ -95,6 +95,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("-9")
         || l.contains("signal")
         || l.contains("memlimit")
+        || l.contains("mem usage")
+        || l.contains("bad_alloc")
         || l.contains("all available ram")
         || l.contains("paging file")
         || l.contains("memoryerror")
@@ -123,6 +125,23 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if l.contains("srun: error:") && l.contains("out of memory") {
         return sym(Explicit, "slurm", None);
+    }
+    // Slurm's older memory enforcement: `slurmstepd: error: Job 7518 exceeded memory limit
+    // (626359956 > 512000000), being killed`, `slurmstepd: error: Exceeded job memory limit`.
+    if l.contains("slurmstepd")
+        && (l.contains("exceeded job memory limit")
+            || l.contains("exceeded step memory limit")
+            || (l.contains("exceeded memory limit") && l.contains("being killed")))
+    {
+        return sym(Explicit, "slurm", None);
+    }
+    // PBS / Torque with Moab: `job 3132467 exceeded MEM usage hard limit (2528 > 1126)`.
+    if l.contains("exceeded mem usage hard limit") {
+        return sym(Explicit, "pbs", None);
+    }
+    // HTCondor's hold reason: `Docker job has gone over memory limit of 1024 Mb`.
+    if l.contains("job has gone over memory limit") {
+        return sym(Explicit, "htcondor", None);
     }
     if l.contains("term_memlimit") {
         return sym(Explicit, "lsf", None);
@@ -160,6 +179,14 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if l.contains("arraymemoryerror") || (l.contains("unable to allocate") && l.contains("for an array")) {
         return sym(Allocation, "numpy", None);
+    }
+    // A C++ program's `new` failed and nothing caught it: `terminate called after throwing an
+    // instance of 'std::bad_alloc'`, `  what():  std::bad_alloc`. (GPU allocators that throw name
+    // themselves on the same line: `std::bad_alloc: cudaErrorMemoryAllocation`, `rmm::bad_alloc`.)
+    if l.ends_with("throwing an instance of 'std::bad_alloc'")
+        || l.split_whitespace().collect::<Vec<_>>() == ["what():", "std::bad_alloc"]
+    {
+        return sym(Allocation, "c++", None);
     }
     if l.contains("winerror 1455") {
         return sym(Allocation, "windows", None);
@@ -325,6 +352,21 @@ mod tests {
             ),
             ("Your session crashed after using all available RAM.", (Explicit, "colab", None)),
             (
+                "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
+                (Explicit, "slurm", None),
+            ),
+            ("slurmstepd: error: Exceeded job memory limit", (Explicit, "slurm", None)),
+            ("job 3132467 exceeded MEM usage hard limit (2528 > 1126)", (Explicit, "pbs", None)),
+            (
+                "Hold reason: Error from slot1_7@gpulab2002.chtc.wisc.edu: Docker job has gone over memory limit of 1024 Mb",
+                (Explicit, "htcondor", None),
+            ),
+            ("terminate called after throwing an instance of 'std::bad_alloc'", (Allocation, "c++", None)),
+            (
+                "                                            what():  std::bad_alloc",
+                (Allocation, "c++", None),
+            ),
+            (
                 "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80",
                 (Launcher, "launcher", None),
             ),
@@ -338,6 +380,8 @@ mod tests {
             "Killed process 77 (python) total-vm:10kB",
             "I killed 3 flies",
             "Killed: 15",
+            "terminate called after throwing an instance of 'thrust::system::detail::bad_alloc'",
+            "  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory",
             "killedby",
             "exit code 1",
         ] {
