@@ -83,7 +83,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("storedinkvcache")
         || c.contains("anyotherprocessusinggpu")
         || c.contains("attemptingtoreserve")
-        || c.contains("out_of_resources"))
+        || c.contains("out_of_resources")
+        || c.contains("vram"))
     {
         return None;
     }
@@ -244,6 +245,7 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("memoryobjectallocationfailure")
         // ArrayFire: `ArrayFire Exception (Device out of memory:101)`.
         || c.contains("deviceoutofmemory")
+        || gpu_memory_ran_out(c)
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
@@ -271,6 +273,24 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("outofmemoryat(")
         || (c.contains("outofmemory:failedtoallocate") && c.contains("ondevice"))
         || ["cuda", "gpu", "cudamalloc", "cumemalloc", "vram"].iter().any(|w| before.contains(w))
+}
+
+/// Other programs' words for the GPU's memory running out (Julia's CUDA.jl `Out of GPU memory
+/// trying to allocate 1.5 GiB`, `not enough VRAM`, `GPU memory exhausted`), unless the line says
+/// the program falls back or retries instead of failing.
+fn gpu_memory_ran_out(c: &str) -> bool {
+    const RAN_OUT: &[&str] = &[
+        "outofgpumemory",
+        "notenoughgpumemory",
+        "notenoughvram",
+        "insufficientvram",
+        "outofvram",
+        "gpumemoryexhausted",
+        "gpumemoryisexhausted",
+    ];
+    const FALLS_BACK: &[&str] =
+        &["fallingback", "fallback", "fallsback", "retry", "retrying", "willuse", "insteadof", "warning"];
+    RAN_OUT.iter().any(|w| c.contains(w)) && !FALLS_BACK.iter().any(|w| c.contains(w))
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same
@@ -398,6 +418,10 @@ pub fn extract(c: &str, f: &mut Fields) {
         if let Some((v, _)) = after(c, key, 0).and_then(|p| uint_at(c, p)) {
             f.requested.get_or_insert(v);
         }
+    }
+    // Julia's CUDA.jl: `Out of GPU memory trying to allocate 1.500 GiB`.
+    if let Some((v, _)) = after(c, "outofgpumemorytryingtoallocate", 0).and_then(|p| size_at(c, p, false)) {
+        f.requested.get_or_insert(v);
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -660,6 +684,9 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "pytorch"
         } else if c.contains("memoryobjectallocationfailure") {
             "opencl"
+        } else if gpu_memory_ran_out(c) {
+            // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
+            "other"
         } else if c.contains("cupy") || c.contains("chainer") {
             "cupy"
         } else if c.contains("tensorflow") || c.contains("stream_executor") {
@@ -796,6 +823,8 @@ mod tests {
                 Family::Cuda,
             ),
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
+            ("ERROR: LoadError: Out of GPU memory trying to allocate 1.500 GiB", Family::Cuda),
+            ("RuntimeError: Not enough VRAM to load the model", Family::Cuda),
             (
                 "RuntimeError: Not enough memory, use lower resolution (max approx. 384x384). Need: 0.0GB free, Have:0.0GB free",
                 Family::Cuda,
@@ -813,6 +842,8 @@ mod tests {
             "Warning: Ran out of memory when regular decoding, retrying with tiled VAE decoding.",
             "CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory",
             "Out of [DEVICE] memory, host memory will be used instead",
+            "not enough VRAM available, falling back to CPU only",
+            "Out of GPU memory, retrying with a smaller tile size",
         ] {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
         }
@@ -840,6 +871,8 @@ mod tests {
             "Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
         );
         assert_eq!(f.requested, Some(2_025_000_000));
+        let f = fields("ERROR: LoadError: Out of GPU memory trying to allocate 1.500 GiB");
+        assert_eq!(f.requested, Some(3 * GIB / 2));
         let f = fields("ResourceExhaustedError: Ran out of GPU memory when allocating 1294336000 bytes for ");
         assert_eq!(f.requested, Some(1_294_336_000));
         let f = fields(

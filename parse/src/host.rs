@@ -139,6 +139,17 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("exceeded mem usage hard limit") {
         return sym(Explicit, "pbs", None);
     }
+    // YARN: `Container [pid=…] is running beyond physical memory limits. Current usage: … Killing
+    // container.`
+    if l.contains("is running beyond physical memory limits")
+        || l.contains("is running beyond virtual memory limits")
+    {
+        return sym(Explicit, "yarn", None);
+    }
+    // Ray: `The process is killed by SIGKILL by OOM killer due to high memory usage`.
+    if l.contains("killed by sigkill by oom killer") {
+        return sym(Explicit, "ray", number_after(&l, "pid="));
+    }
     // HTCondor's hold reason: `Docker job has gone over memory limit of 1024 Mb`.
     if l.contains("job has gone over memory limit") {
         return sym(Explicit, "htcondor", None);
@@ -357,6 +368,14 @@ mod tests {
             ),
             ("slurmstepd: error: Exceeded job memory limit", (Explicit, "slurm", None)),
             ("job 3132467 exceeded MEM usage hard limit (2528 > 1126)", (Explicit, "pbs", None)),
+            (
+                "Container [pid=4101,containerID=container_01] is running beyond physical memory limits. Current usage: 2.1 GB of 2 GB physical memory used; Killing container.",
+                (Explicit, "yarn", None),
+            ),
+            (
+                "(1) The process is killed by SIGKILL by OOM killer due to high memory usage.",
+                (Explicit, "ray", None),
+            ),
             (
                 "Hold reason: Error from slot1_7@gpulab2002.chtc.wisc.edu: Docker job has gone over memory limit of 1024 Mb",
                 (Explicit, "htcondor", None),
