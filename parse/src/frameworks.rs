@@ -84,7 +84,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("anyotherprocessusinggpu")
         || c.contains("attemptingtoreserve")
         || c.contains("out_of_resources")
-        || c.contains("vram"))
+        || c.contains("vram")
+        || c.contains("cublashandle"))
     {
         return None;
     }
@@ -229,6 +230,11 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("ur_result_error_out_of_resources")
         || c.contains("ur_result_error_out_of_device_memory")
         || c.contains("pi_error_out_of_resources")
+        // cuBLAS could not create its handle (its workspace did not fit): TensorFlow / XLA
+        // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`, newer XLA `… the
+        // resource allocation failed`.
+        || (c.contains("failedtocreatecublashandle")
+            && (c.contains("cublas_status_not_initialized") || c.contains("resourceallocationfailed")))
         // ONNX Runtime's arena (the CUDA / DirectML execution providers' device memory):
         // `onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested
         // buffer of size N`.
@@ -823,6 +829,10 @@ mod tests {
                 Family::Cuda,
             ),
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
+            (
+                "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_blas.cc:226] failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED",
+                Family::Cuda,
+            ),
             ("ERROR: LoadError: Out of GPU memory trying to allocate 1.500 GiB", Family::Cuda),
             ("RuntimeError: Not enough VRAM to load the model", Family::Cuda),
             (

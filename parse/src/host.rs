@@ -7,9 +7,9 @@
 //! | evidence | lines (examples) |
 //! |---|---|
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
@@ -199,6 +199,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         return sym(Allocation, "c++", None);
     }
+    // PaddlePaddle's host allocator: `ResourceExhaustedError: Fail to alloc memory of 564023296
+    // size, error code is 12.` (ENOMEM).
+    if l.contains("fail to alloc memory of") && l.contains("error code is 12") {
+        return sym(Allocation, "paddle", None);
+    }
     if l.contains("winerror 1455") {
         return sym(Allocation, "windows", None);
     }
@@ -223,6 +228,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     // gdb's `Program terminated with signal SIGKILL`; fish's `fish: Job 1, 'python3 …' terminated
     // by signal SIGKILL (Forced quit)`.
+    // ollama: `Error: 500 Internal Server Error: llama-server process has terminated: signal:
+    // killed` (older: `llama runner process has terminated: signal: killed`).
+    if l.contains("process has terminated: signal: killed") {
+        return sym(Sigkill, "ollama", None);
+    }
     if l.contains("terminated with signal sigkill") || l.contains("terminated by signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
@@ -318,6 +328,14 @@ mod tests {
             ),
             ("Killed", (Sigkill, "shell", None)),
             ("Killed: 9", (Sigkill, "shell", None)),
+            (
+                "Error: 500 Internal Server Error: llama-server process has terminated: signal: killed",
+                (Sigkill, "ollama", None),
+            ),
+            (
+                "ResourceExhaustedError: Fail to alloc memory of 564023296 size, error code is 12.",
+                (Allocation, "paddle", None),
+            ),
             ("Killed96160", (Sigkill, "shell", None)),
             (
                 "fish: Job 1, 'python3 stable_diffusion.py --p…' terminated by signal SIGKILL (Forced quit)",

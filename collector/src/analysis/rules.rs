@@ -263,9 +263,15 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::NoCacheBlocks => &[(Contention, 70), (Batch, 20), (Static, 10)],
         Rule::BatchBudget => &[(Batch, 60), (Static, 25), (Sequence, 15)],
         Rule::BatchSearchExhausted => &[(Sequence, 55), (Static, 35), (Batch, 10)],
+        // Other processes holding memory and the job's own too-large step are often both true:
+        // the threads fixed it either way.
+        // With the agent's samples the neighbours' memory is measured (the cases it was built for).
+        Rule::NeighboursTookIt if f.others_from == "samples" || f.own_samples > 0 => {
+            &[(Contention, 80), (Batch, 10), (Sequence, 10)]
+        }
         Rule::NeighboursTookIt => match f.others_from.as_str() {
-            "message" | "samples" | "implied" => &[(Contention, 80), (Batch, 10), (Sequence, 10)],
-            _ => &[(Contention, 60), (Batch, 30), (Sequence, 10)],
+            "message" | "implied" => &[(Contention, 60), (Batch, 20), (Sequence, 20)],
+            _ => &[(Contention, 55), (Batch, 25), (Sequence, 10), (Static, 10)],
         },
         Rule::StaticAtLoad => &[(Static, 85), (Batch, 10), (Contention, 5)],
         // Decided from the allocator's own state, not inferred from printed totals.
@@ -275,7 +281,12 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SnapshotActivations => &[(Batch, 70), (Sequence, 25), (Static, 5)],
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
         Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
-        Rule::FragmentedCache => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
+        // Message only, a large cached share is as often a batch or a length that varies step to
+        // step (the threads cut those); with the samples, the cases it was built for.
+        Rule::FragmentedCache if f.own_samples > 0 || f.phase_source == "reported" => {
+            &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)]
+        }
+        Rule::FragmentedCache => &[(Fragmentation, 55), (Batch, 25), (Sequence, 15), (Static, 5)],
         // As the allocator snapshot's attention sites: the score matrix grows with seq², but a
         // larger batch multiplies it too.
         Rule::AttentionAtFailure => &[(Sequence, 65), (Batch, 30), (Static, 5)],
@@ -1112,7 +1123,7 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(tenant.clone()), Rule::NeighboursTookIt);
-        assert_eq!(attribute(&feat(tenant.clone())).confidence_pct, 80);
+        assert_eq!(attribute(&feat(tenant.clone())).confidence_pct, 60);
         let implied = EventEvidence { other_pids: vec![], other_used_bytes: vec![], ..tenant.clone() };
         assert_eq!(feat(implied.clone()).others_from, "implied");
         assert_eq!(rule(implied), Rule::NeighboursTookIt);
@@ -1123,7 +1134,7 @@ mod tests {
             ..tenant
         };
         assert_eq!(feat(v1.clone()).others_from, "outside");
-        assert_eq!(attribute(&feat(v1)).confidence_pct, 60);
+        assert_eq!(attribute(&feat(v1)).confidence_pct, 55);
 
         // A large cache that, with the free memory, would serve the request: fragmentation.
         let frag = EventEvidence {
