@@ -177,6 +177,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || (c.contains("unabletoallocate") && (c.contains("cuda0buffer") || c.contains("backendbuffer")))
         || c.contains("failedtoallocatebufferforkvcache")
         || c.contains("failedtoallocatecomputebuffers")
+        // LM Studio's llama.cpp: `failed to allocate compute pp buffers`.
+        || c.contains("failedtoallocatecomputeppbuffers")
         // ggml's Vulkan backend: `ggml_vulkan: Device memory allocation of size N failed.`,
         // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
         || (c.contains("ggml_vulkan:devicememoryallocationofsize") && c.contains("failed"))
@@ -230,6 +232,8 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("ur_result_error_out_of_resources")
         || c.contains("ur_result_error_out_of_device_memory")
         || c.contains("pi_error_out_of_resources")
+        // Vulkan (TVM / MLC LLM): `Vulkan Error, code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY`.
+        || c.contains("vk_error_out_of_device_memory")
         // cuBLAS could not create its handle (its workspace did not fit): TensorFlow / XLA
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`, newer XLA `… the
         // resource allocation failed`.
@@ -688,6 +692,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "directml"
         } else if c.contains("uselowerresolution") {
             "pytorch"
+        } else if c.contains("tvm") {
+            "tvm"
         } else if c.contains("memoryobjectallocationfailure") {
             "opencl"
         } else if gpu_memory_ran_out(c) {
@@ -829,6 +835,11 @@ mod tests {
                 Family::Cuda,
             ),
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
+            (
+                "  Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                Family::Cuda,
+            ),
+            ("Failed to initialize the context: failed to allocate compute pp buffers", Family::Ggml),
             (
                 "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_blas.cc:226] failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED",
                 Family::Cuda,

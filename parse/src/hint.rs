@@ -41,6 +41,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["unabletoallocatecuda0buffer"], "model_load"),
         (&["failedtoallocatebufferforkvcache"], "context_alloc"),
         (&["failedtoallocatecomputebuffers"], "context_alloc"),
+        (&["failedtoallocatecomputeppbuffers"], "context_alloc"),
         (&["noexecutablebatchsizefound"], "batch_search_exhausted"),
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),

@@ -109,13 +109,16 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         return None;
     }
     // PyTorch's DataLoader.
-    if l.contains("dataloader worker") && l.contains("killed by signal") {
+    // PaddlePaddle words it `DataLoader process (pid 3063) exited is killed by signal: Killed`.
+    if (l.contains("dataloader worker") || l.contains("dataloader process")) && l.contains("killed by signal")
+    {
         let pid = number_after(&l, "(pid ");
+        let fw = if l.contains("dataloader process") { "paddle" } else { "pytorch" };
         if l.contains("bus error") {
-            return sym(Shm, "pytorch", pid);
+            return sym(Shm, fw, pid);
         }
         if l.contains("signal: killed") {
-            return sym(Sigkill, "pytorch", pid);
+            return sym(Sigkill, fw, pid);
         }
         return None;
     }
@@ -177,10 +180,15 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("session crashed after using all available ram") {
         return sym(Explicit, "colab", None);
     }
+    // Hugging Face Spaces' runtime-error banner: `Memory limit exceeded (16Gi)`, older `CPU Memory
+    // limit exceeded (16GB)`.
+    if l.starts_with("memory limit exceeded") || l.starts_with("cpu memory limit exceeded") {
+        return sym(Explicit, "spaces", None);
+    }
     // Host allocations refused.
     if l.contains("defaultcpuallocator: can't allocate memory")
         || l.contains("defaultcpuallocator: not enough memory")
-        || l.contains("torch: not enough memory: you tried to allocate")
+        || l.contains("not enough memory: you tried to allocate")
     {
         return sym(Allocation, "pytorch", None);
     }
@@ -301,7 +309,8 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
     let bash = i.checked_sub(3).is_some_and(|j| words[j] == "line");
     // zsh's job number `[1]`, also glued to the end of a progress bar (`1.84s/it][1]`).
     let zsh = i.checked_sub(2).is_some_and(|j| words[j].ends_with(']') && words[j].contains('['));
-    if (bash || zsh) && words.len() > i + 1 {
+    // bash names the script line; an issue title may drop the command after `Killed`.
+    if bash || (zsh && words.len() > i + 1) {
         return sym(HostEvidence::Sigkill, "shell", Some(pid));
     }
     None
@@ -329,6 +338,14 @@ mod tests {
             ),
             ("Killed", (Sigkill, "shell", None)),
             ("Killed: 9", (Sigkill, "shell", None)),
+            ("cli_demo.sh: line 5: 12989 Killed", (Sigkill, "shell", Some(12989))),
+            ("Memory limit exceeded (16Gi)", (Explicit, "spaces", None)),
+            ("CPU Memory limit exceeded (16GB)", (Explicit, "spaces", None)),
+            ("not enough memory: you tried to allocate 9437184 bytes", (Allocation, "pytorch", None)),
+            (
+                "DataLoader process (pid 3063) exited is killed by signal: Killed",
+                (Sigkill, "paddle", Some(3063)),
+            ),
             ("train.service: Failed with result 'oom-kill'.", (Explicit, "systemd", None)),
             (
                 "Error: 500 Internal Server Error: llama-server process has terminated: signal: killed",

@@ -143,6 +143,7 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
     ("errorloadingmodel", Phase::Load, "model load"),
     ("llama_kv_cache_init:", Phase::Load, "KV-cache allocation at context creation"),
     ("failedtoallocatecomputebuffers", Phase::Load, "compute-buffer reservation at context creation"),
+    ("failedtoallocatecomputeppbuffers", Phase::Load, "compute-buffer reservation at context creation"),
     ("loadingcheckpointshards", Phase::Load, "loading checkpoint shards"),
     ("loadingmodelweights", Phase::Load, "loading model weights"),
     // A serving engine's runtime is inference (its start-up failures are placed above).
