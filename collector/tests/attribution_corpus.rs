@@ -15,7 +15,7 @@ use oomlens_collector::analysis::explain::explain_text;
 use oomlens_collector::analysis::rules::RULES_VERSION;
 use oomlens_schema::Scenario;
 
-/// The lowest macro accuracy accepted: a regression floor under the measured value (63 % on 301
+/// The lowest macro accuracy accepted: a regression floor under the measured value (62.7 % on 318
 /// labelled) with a margin for records added later, which have pulled it down by about a point
 /// per batch (the goal, 85 %, is in `docs/attribution.md`).
 const MIN_MACRO: f64 = 0.60;
