@@ -299,7 +299,7 @@ fn gpu_memory_ran_out(c: &str) -> bool {
         "gpumemoryisexhausted",
     ];
     const FALLS_BACK: &[&str] =
-        &["fallingback", "fallback", "fallsback", "retry", "retrying", "willuse", "insteadof", "warning"];
+        &["fallingback", "fallback", "fallsback", "retry", "willuse", "insteadof", "warning"];
     RAN_OUT.iter().any(|w| c.contains(w)) && !FALLS_BACK.iter().any(|w| c.contains(w))
 }
 
@@ -408,6 +408,21 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
     }
 }
 
+/// Words the requested size follows, in runtimes that print nothing else:
+const REQUEST_BEFORE: &[&str] = &[
+    // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
+    "requestedamountofgpumemory(",
+    // ONNX Runtime's arena: `… Failed to allocate memory for requested buffer of size 643840`.
+    "requestedbufferofsize",
+    // torch-directml: `Could not allocate tensor with 2025000000 bytes. There is not enough GPU
+    // video memory available!`.
+    "couldnotallocatetensorwith",
+    // Julia's CUDA.jl: `Out of GPU memory trying to allocate 1.500 GiB`.
+    "outofgpumemorytryingtoallocate",
+    // TensorFlow 1.x: `Ran out of GPU memory when allocating 1294336000 bytes for`.
+    "ranoutofgpumemorywhenallocating",
+];
+
 /// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.
 pub fn extract(c: &str, f: &mut Fields) {
     tf_tensor(c, f);
@@ -417,21 +432,13 @@ pub fn extract(c: &str, f: &mut Fields) {
     ggml(c, f);
     vllm(c, f);
     paddle(c, f);
-    // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
-    if let Some((v, _)) = after(c, "requestedamountofgpumemory(", 0).and_then(|p| uint_at(c, p)) {
-        f.requested.get_or_insert(v);
-    }
-    // ONNX Runtime's arena: `BFCArena::AllocateRawInternal Failed to allocate memory for
-    // requested buffer of size 643840`; torch-directml: `Could not allocate tensor with 2025000000
-    // bytes. There is not enough GPU video memory available!`.
-    for key in ["requestedbufferofsize", "couldnotallocatetensorwith"] {
-        if let Some((v, _)) = after(c, key, 0).and_then(|p| uint_at(c, p)) {
+    // The requested size right after these words (a size with its unit, or bare bytes).
+    for key in REQUEST_BEFORE {
+        if let Some(p) = after(c, key, 0)
+            && let Some((v, _)) = size_at(c, p, false).or_else(|| uint_at(c, p))
+        {
             f.requested.get_or_insert(v);
         }
-    }
-    // Julia's CUDA.jl: `Out of GPU memory trying to allocate 1.500 GiB`.
-    if let Some((v, _)) = after(c, "outofgpumemorytryingtoallocate", 0).and_then(|p| size_at(c, p, false)) {
-        f.requested.get_or_insert(v);
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -461,9 +468,6 @@ fn dtype_size(name: &str) -> Option<u64> {
 }
 
 fn tf_tensor(c: &str, f: &mut Fields) {
-    if let Some((v, _)) = after(c, "ranoutofgpumemorywhenallocating", 0).and_then(|p| size_at(c, p, false)) {
-        f.requested.get_or_insert(v);
-    }
     let Some(p) = after(c, "oomwhenallocatingtensorwithshape[", 0) else {
         return;
     };
@@ -692,7 +696,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "directml"
         } else if c.contains("uselowerresolution") {
             "pytorch"
-        } else if c.contains("tvm") {
+        } else if c.contains("executionoftvm") || c.contains("tvm.apache.org") {
             "tvm"
         } else if c.contains("memoryobjectallocationfailure") {
             "opencl"

@@ -204,7 +204,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     // instance of 'std::bad_alloc'`, `  what():  std::bad_alloc`. (GPU allocators that throw name
     // themselves on the same line: `std::bad_alloc: cudaErrorMemoryAllocation`, `rmm::bad_alloc`.)
     if l.ends_with("throwing an instance of 'std::bad_alloc'")
-        || l.split_whitespace().collect::<Vec<_>>() == ["what():", "std::bad_alloc"]
+        || l.split_whitespace().eq(["what():", "std::bad_alloc"])
     {
         return sym(Allocation, "c++", None);
     }
