@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 8;
+pub const RULES_VERSION: u32 = 9;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -528,9 +528,10 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         return Rule::PhaseOnly;
     }
     // A framework's own tensor allocator refused (no caching allocator's numbers): the tensors of
-    // the step, as TensorFlow's, not a workspace outside it.
+    // the step, as TensorFlow's, not a workspace outside it. MXNet's is its pooled storage
+    // manager (`pooled_storage_manager.h: cudaMalloc failed`).
     if matches!(hint, "graph_tensor" | "tensor_storage")
-        || matches!(f.framework.as_str(), "tensorflow" | "jax" | "paddle" | "cupy" | "caffe")
+        || matches!(f.framework.as_str(), "tensorflow" | "jax" | "paddle" | "cupy" | "caffe" | "mxnet")
     {
         return Rule::AllocatorRefused;
     }
@@ -1226,6 +1227,9 @@ mod tests {
         assert_eq!(attribute(&feat(storage)).rule, Rule::AllocatorRefused);
         let caffe = EventEvidence { framework: "caffe".into(), ..bare.clone() };
         assert_eq!(attribute(&feat(caffe)).scenario, Batch);
+        // MXNet's pooled storage manager is its tensor allocator.
+        let mxnet = EventEvidence { framework: "mxnet".into(), ..bare.clone() };
+        assert_eq!(attribute(&feat(mxnet)).rule, Rule::AllocatorRefused);
         // A local engine after loading, without numbers: its reservation first; its phase
         // (always inference) does not make it the sequence.
         let engine = EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare };
