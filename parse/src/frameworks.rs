@@ -3,8 +3,8 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP out of memory. Tried to allocate`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory`, `OutOfMemoryError` | `pytorch` |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
@@ -100,10 +100,15 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Torch);
     }
     // PyTorch's message pasted without its head.
-    if c.contains("triedtoallocate") && (c.contains("(gpu") || c.contains("hasatotalcapac")) {
+    if c.contains("triedtoallocate")
+        && (c.contains("(gpu") || c.contains("(npu") || c.contains("hasatotalcapac"))
+    {
         return Some(Family::Torch);
     }
-    if c.starts_with("(gpu") && c.contains("totalcapacity;") && c.contains("alreadyallocated") {
+    if (c.starts_with("(gpu") || c.starts_with("(npu"))
+        && c.contains("totalcapacity;")
+        && c.contains("alreadyallocated")
+    {
         return Some(Family::Torch);
     }
     if c.contains("allocationondevice")
@@ -259,6 +264,9 @@ fn cuda_runtime(c: &str) -> bool {
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
+        // The CUDA samples' check macro, as bitsandbytes' C code prints it: `Error out of memory
+        // at line 380 in file /src/csrc/pythonInterface.c`.
+        || (c.contains("erroroutofmemoryatline") && c.contains("infile"))
     {
         return true;
     }
@@ -839,6 +847,16 @@ mod tests {
                 Family::Cuda,
             ),
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
+            ("Error out of memory at line 380 in file /src/csrc/pythonInterface.c", Family::Cuda),
+            (
+                "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 57.36 GiB already allocated;",
+                Family::Torch,
+            ),
+            ("(NPU 0; 60.97 GiB total capacity; 57.36 GiB already allocated; 1.05 GiB free;", Family::Torch),
+            (
+                "RuntimeError: MPS backend out of memory (MPS allocated: 17.81 GB, other allocations: 238.50 MB, max allowed: 18.13 GB). Tried to allocate 256 bytes on shared pool.",
+                Family::Torch,
+            ),
             (
                 "  Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY",
                 Family::Cuda,

@@ -6,10 +6,10 @@
 //!
 //! | evidence | lines (examples) |
 //! |---|---|
-//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` |
+//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` |
 //! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small`; TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …`, zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
@@ -59,7 +59,7 @@ impl HostEvidence {
 pub struct HostSymptom {
     /// How direct the evidence is.
     pub evidence: HostEvidence,
-    /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `shell`, `torchrun`,
+    /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
@@ -180,6 +180,14 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("session crashed after using all available ram") {
         return sym(Explicit, "colab", None);
     }
+    if l.contains("notebook tried to allocate more memory than is available") {
+        return sym(Explicit, "kaggle", None);
+    }
+    // Vertex AI custom jobs: `The replica workerpool0-0 ran out-of-memory and exited with a non-zero
+    // status of 9(SIGKILL).`
+    if l.contains("ran out-of-memory and exited with a non-zero status") {
+        return sym(Explicit, "vertex", None);
+    }
     // Hugging Face Spaces' runtime-error banner: `Memory limit exceeded (16Gi)`, older `CPU Memory
     // limit exceeded (16GB)`.
     if l.starts_with("memory limit exceeded") || l.starts_with("cpu memory limit exceeded") {
@@ -225,6 +233,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     // Killed by SIGKILL.
     if l.contains("exitcode: -9") {
         return sym(Sigkill, "torchrun", number_after(&l, "(pid:"));
+    }
+    // Cog's worker: `Prediction failed for an unknown reason. It might have run out of memory?
+    // (exitcode -9)`.
+    if l.contains("might have run out of memory") && l.contains("exitcode -9") {
+        return sym(Sigkill, "cog", None);
     }
     if l.contains("signal 9 (sigkill) received by pid") {
         return sym(Sigkill, "torchrun", number_after(&l, "received by pid"));
@@ -399,6 +412,18 @@ mod tests {
                 (Allocation, "windows", None),
             ),
             ("Your session crashed after using all available RAM.", (Explicit, "colab", None)),
+            (
+                "Your notebook tried to allocate more memory than is available. It has restarted.",
+                (Explicit, "kaggle", None),
+            ),
+            (
+                "The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL).",
+                (Explicit, "vertex", None),
+            ),
+            (
+                "cog.server.exceptions.FatalWorkerException: Prediction failed for an unknown reason. It might have run out of memory? (exitcode -9)",
+                (Sigkill, "cog", None),
+            ),
             (
                 "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
                 (Explicit, "slurm", None),

@@ -8,7 +8,12 @@
 //!   M memory in use. Including non-PyTorch memory, this process has M memory in use. [L allowed;]
 //!   Of the allocated memory A is allocated by PyTorch, and U is reserved by PyTorch but
 //!   unallocated.` — 2.1 printed `total capacty`; reserved = A + U;
-//! * ROCm builds print `HIP out of memory` with the same numbers.
+//! * ROCm builds print `HIP out of memory` with the same numbers; Ascend's `torch_npu` prints
+//!   `NPU out of memory. Tried to allocate X (NPU N; C total capacity; A already allocated; A
+//!   current active; F free; R reserved in total by PyTorch)`;
+//! * Apple's MPS backend: `MPS backend out of memory (MPS allocated: A, other allocations: O, max
+//!   allowed: L). Tried to allocate X on private pool.` — L is the allocator's limit (the
+//!   capacity), O the process's memory outside the allocator.
 //!
 //! [`extract`] reads the numbers from the compact form of the message (see `text.rs`).
 //! [`continues`] decides whether a line is the rest of a message hard-wrapped over several lines:
@@ -33,7 +38,7 @@ pytorch_cuda_alloc_conf=expandable_segments:true|https://pytorch.org/docs/stable
 bytes|kib|mib|gib|tib|with|private|pools|e.g|graphs|documentation|\
 https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf|\
 pytorch_alloc_conf=expandable_segments:true|pytorch_hip_alloc_conf=expandable_segments:true|pytorch_hip_alloc_conf|\
-currently|requested|device|limit|according|set|user-supplied|fraction|would|exceed|on|";
+currently|requested|device|limit|according|set|user-supplied|fraction|would|exceed|on|npu|current|active|";
 
 /// Characters trimmed from the ends of a word before the vocabulary check.
 const PUNCT: &[char] = &['(', ')', '.', ',', ';', ':', '\'', '"', '`'];
@@ -88,8 +93,11 @@ pub fn extract(t: &str, f: &mut Fields) {
     {
         f.requested.get_or_insert(v);
     }
+    if let Some(p) = after(t, "mpsbackendoutofmemory(", 0) {
+        extract_mps(t, p, f);
+    }
     let from = anchor.unwrap_or(0);
-    if let Some(p) = after(t, "(gpu", from) {
+    if let Some(p) = after(t, "(gpu", from).or_else(|| after(t, "(npu", from)) {
         extract_1x(t, p, f);
     } else if let Some(h) = t.get(from..).and_then(|s| s.find("hasatotalcapac")).map(|i| from + i) {
         extract_2x(t, from, h, f);
@@ -115,6 +123,25 @@ fn extract_async(t: &str, p: usize, f: &mut Fields) {
             };
             field.get_or_insert(v);
         }
+    }
+}
+
+/// Apple's MPS backend: `(MPS allocated: A, other allocations: O, max allowed: L)`. The process
+/// holds A + O of the L its allocator may use.
+fn extract_mps(t: &str, p: usize, f: &mut Fields) {
+    let end = t.get(p..).and_then(|s| s.find(')')).map_or(t.len(), |i| p + i);
+    let read =
+        |key: &str| after(t, key, p).filter(|q| *q < end).and_then(|q| size_at(t, q, false)).map(|(v, _)| v);
+    let allocated = read("mpsallocated:");
+    if let Some(a) = allocated {
+        // Its cache is not printed: reserved stays unknown, not "nothing cached".
+        f.allocated.get_or_insert(a);
+        if let Some(o) = read("otherallocations:") {
+            f.process_used.get_or_insert(a.saturating_add(o));
+        }
+    }
+    if let Some(l) = read("maxallowed:") {
+        f.capacity.get_or_insert(l);
     }
 }
 
@@ -283,6 +310,31 @@ mod tests {
         );
         assert_eq!(f.gpu, Some(1));
         assert_eq!(f.reserved, Some((857 * MIB + 50) / 100 + (468 * MIB + 50) / 100));
+        // Ascend's torch_npu: the same clauses on an NPU, plus `current active`.
+        let f = fields(
+            "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 57.36 GiB \
+             already allocated; 57.36 GiB current active; 1.05 GiB free; 59.01 GiB reserved in total by PyTorch) If \
+             reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.",
+        );
+        assert_eq!((f.gpu, f.requested), (Some(0), Some(2 * GIB)));
+        assert_eq!(f.capacity, Some((6097 * GIB + 50) / 100));
+        assert_eq!(f.allocated, Some((5736 * GIB + 50) / 100));
+        assert_eq!(f.free, Some((105 * GIB + 50) / 100));
+        assert_eq!(f.reserved, Some((5901 * GIB + 50) / 100));
+    }
+
+    #[test]
+    fn mps_message() {
+        let f = fields(
+            "RuntimeError: MPS backend out of memory (MPS allocated: 17.81 GB, other allocations: 238.50 MB, max \
+             allowed: 18.13 GB). Tried to allocate 256 bytes on shared pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 \
+             to disable upper limit for memory allocations (may cause system failure).",
+        );
+        assert_eq!(f.requested, Some(256));
+        assert_eq!(f.capacity, Some((1813 * GIB + 50) / 100));
+        assert_eq!(f.allocated, Some((1781 * GIB + 50) / 100));
+        assert_eq!(f.process_used, Some((1781 * GIB + 50) / 100 + (23850 * MIB + 50) / 100));
+        assert_eq!(f.gpu, None);
     }
 
     #[test]

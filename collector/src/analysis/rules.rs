@@ -760,7 +760,10 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             "the process alone needed {} of {cap} in {}: the activations of {}",
             ob(f.need_alone_bytes),
             phase_words(f),
-            f.batch_size.map_or_else(|| "the step's batch".to_owned(), |s| format!("batch {s}"))
+            f.batch_size.map_or_else(
+                || "the step (its input's length or its batch), or weights that barely fit".to_owned(),
+                |s| format!("batch {s}")
+            )
         ),
         Rule::ContextCreation => {
             "a CUDA context or library handle could not be created: the GPU was already nearly full".to_owned()
