@@ -85,7 +85,9 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("attemptingtoreserve")
         || c.contains("out_of_resources")
         || c.contains("vram")
-        || c.contains("cublashandle"))
+        || c.contains("cublashandle")
+        || c.contains("enoughgpuram")
+        || c.contains("dsttensorisnotinitialized"))
     {
         return None;
     }
@@ -147,7 +149,11 @@ pub fn detect(c: &str) -> Option<Family> {
     // TensorFlow 1.x's GPU allocator: `ResourceExhaustedError: Ran out of GPU memory when
     // allocating N bytes for` + the node; TensorFlow 2's eager ops: `ResourceExhaustedError:
     // failed to allocate memory [Op:AddV2]`.
+    // TensorFlow could not copy an input to the GPU (its allocator refused the destination):
+    // `Failed copying input tensor from …/device:CPU:0 to …/device:GPU:0 in order to run
+    // _EagerConst: Dst tensor is not initialized.`
     if c.contains("ranoutofgpumemorywhenallocating")
+        || (c.contains("dsttensorisnotinitialized") && c.contains("device:gpu"))
         || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
             && c.contains(":failedtoallocatememory"))
     {
@@ -197,7 +203,11 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Hip);
     }
-    if c.contains("cudaoutofmemory") || c.contains("hipoutofmemory") || c.contains("outofmemoryerror:") {
+    // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap: `host.rs`.)
+    if c.contains("cudaoutofmemory")
+        || c.contains("hipoutofmemory")
+        || (c.contains("outofmemoryerror:") && !c.contains("java.lang.outofmemoryerror"))
+    {
         return Some(Family::Torch);
     }
     if c.contains("noavailablememoryforthecacheblocks")
@@ -214,7 +224,12 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("notenoughmemory.pleasetrytoincrease--mem-fraction-static") {
         return Some(Family::Serving);
     }
-    if c.contains("noexecutablebatchsizefound") {
+    // Accelerate's `device_map="auto"` placed part of a quantized model off the GPU, which
+    // transformers refuses: `Some modules are dispatched on the CPU or the disk. Make sure you have
+    // enough GPU RAM to fit the quantized model.`
+    if c.contains("noexecutablebatchsizefound")
+        || c.contains("makesureyouhaveenoughgpuramtofitthequantizedmodel")
+    {
         return Some(Family::Accelerate);
     }
     if cuda_runtime(c) {
@@ -826,6 +841,14 @@ mod tests {
                 Family::Vllm,
             ),
             ("RuntimeError: No executable batch size found, reached zero.", Family::Accelerate),
+            (
+                "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model.",
+                Family::Accelerate,
+            ),
+            (
+                "InternalError: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.",
+                Family::TfTensor,
+            ),
             (
                 "The model's max seq len (56000) is larger than the maximum number of tokens that can be stored in KV cache (43328)",
                 Family::Vllm,

@@ -14,7 +14,7 @@
 //! | `prefill_tokens` | TGI: `Not enough memory to handle N prefill tokens` |
 //! | `mem_fraction_static` | SGLang: `Not enough memory. Please try to increase --mem-fraction-static` |
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
-//! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading |
+//! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU) |
 //! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers` |
 //! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`) |
@@ -39,6 +39,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["errorloadingmodel"], "model_load"),
         (&["llama_model_load"], "model_load"),
         (&["unabletoallocatecuda0buffer"], "model_load"),
+        (&["makesureyouhaveenoughgpuramtofitthequantizedmodel"], "model_load"),
         (&["failedtoallocatebufferforkvcache"], "context_alloc"),
         (&["failedtoallocatecomputebuffers"], "context_alloc"),
         (&["failedtoallocatecomputeppbuffers"], "context_alloc"),
