@@ -3,8 +3,8 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), `OutOfMemoryError` | `pytorch` |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
@@ -98,7 +98,7 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("outofmemoryallocating") || c.contains("outofmemorytoallocate") {
         return Some(Family::Cupy);
     }
-    if c.contains("outofmemory") && c.contains("triedtoallocate") {
+    if (c.contains("outofmemory") && c.contains("triedtoallocate")) || c.contains("mpsbackendoutofmemory") {
         return Some(Family::Torch);
     }
     // PyTorch's message pasted without its head.
@@ -279,6 +279,10 @@ fn cuda_runtime(c: &str) -> bool {
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure") && c.contains("maximumpoolsizeexceeded"))
+        // Tenstorrent's tt-metal allocator: `Out of Memory: Not enough space to allocate N B DRAM
+        // buffer across K banks, where each bank needs to store M B[, but bank size is S B]
+        // [(allocated: A B, free: F B, largest free block: L B)]` (also L1 buffers).
+        || (c.contains("outofmemory:notenoughspacetoallocate") && c.contains("buffer"))
         // The CUDA samples' check macro, as bitsandbytes' C code prints it: `Error out of memory
         // at line 380 in file /src/csrc/pythonInterface.c`.
         || (c.contains("erroroutofmemoryatline") && c.contains("infile"))
@@ -364,6 +368,9 @@ const CUDA_TRAILERS: &[&str] = &[
     "compilewith`torch_use_hip_dsa`",
 ];
 
+/// The rest of tt-metal's message when a paste wraps it.
+const TT_TRAILERS: &[&str] = &["whereeachbankneedstostore", "(allocated:", "butbanksizeis"];
+
 const BFC_STATS: &[&str] = &[
     "limit:",
     "inuse:",
@@ -384,6 +391,7 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
         Family::Torch => false,
         Family::Cuda | Family::Cublas | Family::Cudnn | Family::Hip | Family::Ggml => {
             CUDA_TRAILERS.iter().any(|t| c.starts_with(t))
+                || (family == Family::Cuda && TT_TRAILERS.iter().any(|t| c.starts_with(t)))
                 || (family == Family::Ggml
                     && (c.starts_with("ggml_")
                         || c.starts_with("llama_")
@@ -453,6 +461,7 @@ pub fn extract(c: &str, f: &mut Fields) {
     jax(c, f);
     cupy(c, f);
     ggml(c, f);
+    tt_metal(c, f);
     vllm(c, f);
     paddle(c, f);
     // The requested size right after these words (a size with its unit, or bare bytes).
@@ -657,6 +666,32 @@ fn ggml(c: &str, f: &mut Fields) {
     }
 }
 
+/// tt-metal's numbers: the buffer is interleaved over K banks and the allocator's figures are per
+/// bank, so the device's are K times them.
+fn tt_metal(c: &str, f: &mut Fields) {
+    let Some(p) = after(c, "notenoughspacetoallocate", 0) else {
+        return;
+    };
+    let Some((req, e)) = uint_at(c, p) else {
+        return;
+    };
+    f.requested.get_or_insert(req);
+    let Some((banks, e)) = after(c, "across", e).and_then(|q| uint_at(c, q)).filter(|(k, _)| *k > 0) else {
+        return;
+    };
+    let per_bank =
+        |key: &str| after(c, key, e).and_then(|q| uint_at(c, q)).map(|(v, _)| v.saturating_mul(banks));
+    if let Some(cap) = per_bank("banksizeisonly").or_else(|| per_bank("banksizeis")) {
+        f.capacity.get_or_insert(cap);
+    }
+    if let Some(a) = per_bank("(allocated:") {
+        f.allocated.get_or_insert(a);
+    }
+    if let Some(free) = per_bank("free:") {
+        f.free.get_or_insert(free);
+    }
+}
+
 fn vllm(c: &str, f: &mut Fields) {
     // `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed,
     // which is larger than the available KV cache memory (Y GiB).`
@@ -723,6 +758,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "tvm"
         } else if c.contains("memoryobjectallocationfailure") {
             "opencl"
+        } else if c.contains("notenoughspacetoallocate") && c.contains("bank") {
+            "tt-metal"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
@@ -872,6 +909,14 @@ mod tests {
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
             ("Error out of memory at line 380 in file /src/csrc/pythonInterface.c", Family::Cuda),
             (
+                "TT_FATAL: Out of Memory: Not enough space to allocate 167772160 B DRAM buffer across 12 banks, where each bank needs to store 13983744 B",
+                Family::Cuda,
+            ),
+            (
+                "RuntimeError: MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0 bytes, max allowed: 7.93 GB).",
+                Family::Torch,
+            ),
+            (
                 "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; 57.36 GiB already allocated;",
                 Family::Torch,
             ),
@@ -954,6 +999,16 @@ mod tests {
         assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
         let f = fields("ggml_vulkan: Device memory allocation of size 96612096 failed.");
         assert_eq!(f.requested, Some(96_612_096));
+        // tt-metal's per-bank figures, times the 12 banks.
+        let f = fields(
+            "TT_FATAL: Out of Memory: Not enough space to allocate 167772160 B DRAM buffer across 12 banks, where each bank \
+             needs to store 13983744 B, but bank size is 1071821792 B (allocated: 1016636448 B, free: 55185344 B, largest \
+             free block: 8713184 B)",
+        );
+        assert_eq!(f.requested, Some(167_772_160));
+        assert_eq!(f.capacity, Some(12 * 1_071_821_792));
+        assert_eq!(f.allocated, Some(12 * 1_016_636_448));
+        assert_eq!(f.free, Some(12 * 55_185_344));
         let f = fields("ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 292926534144");
         assert_eq!((f.requested, f.gpu), (Some(292_926_534_144), Some(1)));
         let f = fields(

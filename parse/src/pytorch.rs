@@ -38,7 +38,8 @@ pytorch_cuda_alloc_conf=expandable_segments:true|https://pytorch.org/docs/stable
 bytes|kib|mib|gib|tib|with|private|pools|e.g|graphs|documentation|\
 https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf|\
 pytorch_alloc_conf=expandable_segments:true|pytorch_hip_alloc_conf=expandable_segments:true|pytorch_hip_alloc_conf|\
-currently|requested|device|limit|according|set|user-supplied|fraction|would|exceed|on|npu|current|active|";
+currently|requested|device|limit|according|set|user-supplied|fraction|would|exceed|on|npu|current|active|shared|pool|disable|upper|allocations|may|cause|system|failure|\
+pytorch_mps_high_watermark_ratio=0.0|mps|backend|";
 
 /// Characters trimmed from the ends of a word before the vocabulary check.
 const PUNCT: &[char] = &['(', ')', '.', ',', ';', ':', '\'', '"', '`'];
