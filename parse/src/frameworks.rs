@@ -3,7 +3,7 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), `OutOfMemoryError` | `pytorch` |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, `OutOfMemoryError` | `pytorch` |
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
@@ -99,6 +99,11 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Cupy);
     }
     if (c.contains("outofmemory") && c.contains("triedtoallocate")) || c.contains("mpsbackendoutofmemory") {
+        return Some(Family::Torch);
+    }
+    // A training loop that caught PyTorch's OOM and went on (Boltz; fairseq's older trainer):
+    // `WARNING: ran out of memory, skipping batch` — the batch's work is lost, no numbers.
+    if c.contains("ranoutofmemory,skippingbatch") {
         return Some(Family::Torch);
     }
     // PyTorch's message pasted without its head.
@@ -240,6 +245,12 @@ pub fn detect(c: &str) -> Option<Family> {
 
 /// The CUDA runtime's or driver's out-of-memory error, as any program prints it.
 fn cuda_runtime(c: &str) -> bool {
+    // XLA's unified-memory allocator (`TF_FORCE_UNIFIED_MEMORY`) logs a refused request and goes
+    // on with a smaller one: `failed to alloc N bytes unified memory; result:
+    // CUDA_ERROR_OUT_OF_MEMORY` — a real failure follows from the BFC allocator if there is one.
+    if c.contains("bytesunifiedmemory;result:") {
+        return false;
+    }
     if c.contains("cudaerror:outofmemory")
         || c.contains("cudaerrormemoryallocation")
         || c.contains("cudaruntimeerror(2):outofmemory")
@@ -327,7 +338,11 @@ fn gpu_memory_ran_out(c: &str) -> bool {
     ];
     const FALLS_BACK: &[&str] =
         &["fallingback", "fallback", "fallsback", "retry", "willuse", "insteadof", "warning"];
-    RAN_OUT.iter().any(|w| c.contains(w)) && !FALLS_BACK.iter().any(|w| c.contains(w))
+    // ColabFold prefixes every failed prediction with its guess `Not Enough GPU memory?`, whatever
+    // the error (its real OOMs carry XLA's `RESOURCE_EXHAUSTED`, read by the JAX family).
+    RAN_OUT.iter().any(|w| c.contains(w))
+        && !FALLS_BACK.iter().any(|w| c.contains(w))
+        && !c.contains("notenoughgpumemory?")
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same
@@ -908,6 +923,11 @@ mod tests {
             ),
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
             ("Error out of memory at line 380 in file /src/csrc/pythonInterface.c", Family::Cuda),
+            ("| WARNING: ran out of memory, skipping batch", Family::Torch),
+            (
+                "2023-05-09 10:11:12,345 Could not predict job_1. Not Enough GPU memory? RESOURCE_EXHAUSTED: Out of memory while trying to allocate 25.61GiB.",
+                Family::Jax,
+            ),
             (
                 "TT_FATAL: Out of Memory: Not enough space to allocate 167772160 B DRAM buffer across 12 banks, where each bank needs to store 13983744 B",
                 Family::Cuda,
@@ -948,13 +968,16 @@ mod tests {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
         assert_eq!(detect(&compact("step 1 loss 2.0")), None);
-        // Warnings of a fallback, not failures.
+        // Warnings of a fallback or a guess, not failures.
         for warning in [
             "Warning: Ran out of memory when regular decoding, retrying with tiled VAE decoding.",
             "CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory",
             "Out of [DEVICE] memory, host memory will be used instead",
             "not enough VRAM available, falling back to CPU only",
             "Out of GPU memory, retrying with a smaller tile size",
+            // A guess in front of another error, and a request the allocator retries smaller.
+            "Could not predict job_1. Not Enough GPU memory? INTERNAL: RET_CHECK failure (external/gpu_compiler.cc:627) dnn != nullptr",
+            "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
         }
