@@ -3,7 +3,7 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, `OutOfMemoryError` | `pytorch` |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError` | `pytorch` |
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
@@ -99,6 +99,10 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Cupy);
     }
     if (c.contains("outofmemory") && c.contains("triedtoallocate")) || c.contains("mpsbackendoutofmemory") {
+        return Some(Family::Torch);
+    }
+    // ComfyUI's error report (markdown): `- **Exception Type:** torch.OutOfMemoryError`.
+    if c.contains("exceptiontype:**") && c.contains("outofmemoryerror") && !c.contains("java.lang") {
         return Some(Family::Torch);
     }
     // A training loop that caught PyTorch's OOM and went on (Boltz; fairseq's older trainer):
@@ -924,6 +928,7 @@ mod tests {
             ("pycuda._driver.MemoryError: cuMemAlloc failed: out of memory", Family::Cuda),
             ("Error out of memory at line 380 in file /src/csrc/pythonInterface.c", Family::Cuda),
             ("| WARNING: ran out of memory, skipping batch", Family::Torch),
+            ("- **Exception Type:** torch.OutOfMemoryError", Family::Torch),
             (
                 "2023-05-09 10:11:12,345 Could not predict job_1. Not Enough GPU memory? RESOURCE_EXHAUSTED: Out of memory while trying to allocate 25.61GiB.",
                 Family::Jax,

@@ -30,7 +30,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 10;
+pub const RULES_VERSION: u32 = 11;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -274,8 +274,8 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
             &[(Contention, 80), (Batch, 10), (Sequence, 10)]
         }
         Rule::NeighboursTookIt => match f.others_from.as_str() {
-            "message" | "implied" => &[(Contention, 60), (Batch, 20), (Sequence, 20)],
-            _ => &[(Contention, 55), (Batch, 25), (Sequence, 10), (Static, 10)],
+            "message" | "implied" => &[(Contention, 55), (Batch, 25), (Sequence, 20)],
+            _ => &[(Contention, 50), (Batch, 30), (Sequence, 10), (Static, 10)],
         },
         Rule::StaticAtLoad => &[(Static, 85), (Batch, 10), (Contention, 5)],
         // Decided from the allocator's own state, not inferred from printed totals.
@@ -290,7 +290,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::FragmentedCache if f.own_samples > 0 || f.phase_source == "reported" => {
             &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)]
         }
-        Rule::FragmentedCache => &[(Fragmentation, 55), (Batch, 25), (Sequence, 15), (Static, 5)],
+        Rule::FragmentedCache => &[(Fragmentation, 40), (Batch, 35), (Sequence, 20), (Static, 5)],
         // As the allocator snapshot's attention sites: the score matrix grows with seq², but a
         // larger batch multiplies it too.
         Rule::AttentionAtFailure => &[(Sequence, 65), (Batch, 30), (Static, 5)],
@@ -315,11 +315,13 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::BatchActivations => &[(Sequence, 45), (Static, 30), (Batch, 20), (Fragmentation, 5)],
         Rule::ContextCreation => &[(Contention, 65), (Batch, 20), (Static, 15)],
         Rule::AllocatorRefused => {
-            &[(Batch, 60), (Contention, 20), (Static, 10), (Sequence, 5), (Fragmentation, 5)]
+            &[(Batch, 55), (Contention, 15), (Static, 15), (Sequence, 10), (Fragmentation, 5)]
         }
         Rule::EngineRuntime => &[(Static, 60), (Contention, 30), (Sequence, 10)],
         Rule::DevicePreallocation => &[(Contention, 65), (Static, 20), (Batch, 15)],
-        Rule::OutsideAllocator => &[(Contention, 60), (Sequence, 20), (Batch, 15), (Fragmentation, 5)],
+        Rule::OutsideAllocator => {
+            &[(Contention, 50), (Batch, 20), (Sequence, 20), (Static, 5), (Fragmentation, 5)]
+        }
         Rule::PhaseOnly => match f.phase_effective.as_str() {
             "load" | "optimizer_init" | "startup" => &[(Static, 70), (Contention, 20), (Batch, 10)],
             "inference" | "eval" => &[(Sequence, 70), (Batch, 15), (Static, 15)],
@@ -1148,7 +1150,7 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(tenant.clone()), Rule::NeighboursTookIt);
-        assert_eq!(attribute(&feat(tenant.clone())).confidence_pct, 60);
+        assert_eq!(attribute(&feat(tenant.clone())).confidence_pct, 55);
         let implied = EventEvidence { other_pids: vec![], other_used_bytes: vec![], ..tenant.clone() };
         assert_eq!(feat(implied.clone()).others_from, "implied");
         assert_eq!(rule(implied), Rule::NeighboursTookIt);
@@ -1159,7 +1161,7 @@ mod tests {
             ..tenant
         };
         assert_eq!(feat(v1.clone()).others_from, "outside");
-        assert_eq!(attribute(&feat(v1)).confidence_pct, 55);
+        assert_eq!(attribute(&feat(v1)).confidence_pct, 50);
 
         // A large cache that, with the free memory, would serve the request: fragmentation.
         let frag = EventEvidence {
