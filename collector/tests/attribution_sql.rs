@@ -45,8 +45,8 @@ async fn features_decode_and_each_case_fires_its_rule() {
         (12, Rule::NoEvidence, 20),
         (13, Rule::BatchActivations, 75),
         (14, Rule::BatchActivations, 75),
-        (15, Rule::NeighboursTookIt, 60),
-        (16, Rule::NeighboursTookIt, 60),
+        (15, Rule::NeighboursTookIt, 55),
+        (16, Rule::NeighboursTookIt, 55),
         (17, Rule::BatchActivations, 75),
         (18, Rule::BatchActivations, 75),
     ];
