@@ -1,9 +1,9 @@
 //! `oomlens-agent parse [FILE…]`: reads job logs and kernel logs (or stdin), prints the OOM events
 //! found — a human summary per event, or one JSON object per event per line (`--json`).
 //!
-//! Job-log messages go through the [`LogParser`]; kernel log lines — as dmesg, `journalctl -k`,
-//! syslog or `/dev/kmsg` print them, any prefix (see [`kernel_message`]) — through the agent's
-//! own [`KmsgParser`], giving `xid` and `host_oom_kill` events with framework `kernel`. Offline,
+//! Lines go through the [`MixedParser`]: job-log messages through the job-log parser, kernel log
+//! lines — as dmesg, `journalctl -k`, syslog or `/dev/kmsg` print them, any prefix — through the
+//! agent's own kernel parser, giving `xid` and `host_oom_kill` events with framework `kernel`. Offline,
 //! the PCI address of an Xid cannot be mapped to a GPU index (that needs the node's driver and
 //! NVML inventory), so their `gpu_index` is `null`; the address is in the printed line.
 //!
@@ -15,8 +15,8 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use super::{LineDecoder, LineFormat, LogParser, ParsedOom, text};
-use crate::kernel::{KmsgParser, kernel_message};
+use super::{LineDecoder, LineFormat, ParsedOom};
+use crate::mixed::MixedParser;
 
 /// Longest physical line read (the rest of a longer line is skipped).
 pub const MAX_READ_LINE: usize = 256 * 1024;
@@ -66,40 +66,6 @@ fn read_line_bounded(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<
     }
 }
 
-/// The job-log parser and the kernel-line parser side by side.
-struct Parsers {
-    log: LogParser,
-    /// No PCI map offline: Xid events keep `gpu_index` unknown.
-    kernel: KmsgParser,
-    /// The line of the last kernel `invoked oom-killer` report (for [`KmsgParser::finish`]).
-    invoked_at: Option<(u64, String)>,
-}
-
-impl Parsers {
-    /// A kernel line becomes its kernel event (and is not shown to the job-log parser); any other
-    /// line goes to the job-log parser.
-    fn feed(
-        &mut self,
-        number: u64,
-        line: &str,
-        emit: &mut dyn FnMut(ParsedOom) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let bounded = text::bounded(line);
-        let message = kernel_message(bounded);
-        if let Some(e) = self.kernel.parse_message(message) {
-            self.invoked_at = None;
-            return emit(ParsedOom::from_kernel(&e, number, bounded));
-        }
-        if message.contains(" invoked oom-killer:") {
-            self.invoked_at = Some((number, bounded.to_owned()));
-        }
-        for e in self.log.feed_numbered_line(number, line) {
-            emit(e)?;
-        }
-        Ok(())
-    }
-}
-
 /// Parses everything `r` yields; calls `emit` for each event.
 pub fn parse_reader(
     r: &mut dyn BufRead,
@@ -107,21 +73,22 @@ pub fn parse_reader(
     emit: &mut dyn FnMut(ParsedOom) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let mut decoder = LineDecoder::new(format);
-    let mut parser = Parsers { log: LogParser::new(), kernel: KmsgParser::default(), invoked_at: None };
+    let mut parser = MixedParser::new();
     let mut buf = Vec::new();
     while read_line_bounded(r, &mut buf)? {
         let raw = String::from_utf8_lossy(&buf);
         if let Some(line) = decoder.push(&raw) {
-            parser.feed(decoder.line_start(), &line, emit)?;
+            for e in parser.feed_numbered_line(decoder.line_start(), &line) {
+                emit(e)?;
+            }
         }
     }
     for (number, line) in decoder.finish() {
-        parser.feed(number, &line, emit)?;
+        for e in parser.feed_numbered_line(number, &line) {
+            emit(e)?;
+        }
     }
-    if let (Some(e), Some((number, line))) = (parser.kernel.finish(), parser.invoked_at.take()) {
-        emit(ParsedOom::from_kernel(&e, number, &line))?;
-    }
-    for e in parser.log.finish() {
+    for e in parser.finish() {
         emit(e)?;
     }
     Ok(())

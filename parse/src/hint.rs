@@ -81,6 +81,10 @@ mod tests {
             ),
             ("llama_model_load: error loading model: unable to allocate CUDA0 buffer", Some("model_load")),
             (
+                "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model.",
+                Some("model_load"),
+            ),
+            (
                 "F1109 18:20:40.511134 28312 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
                 Some("tensor_storage"),
             ),

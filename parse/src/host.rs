@@ -12,6 +12,8 @@
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
+//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly` |
+//!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
 
@@ -28,6 +30,8 @@ pub enum HostEvidence {
     Sigkill,
     /// A launcher killed the remaining workers.
     Launcher,
+    /// A worker exited without saying why (most often killed for memory).
+    Exited,
 }
 
 impl HostEvidence {
@@ -38,7 +42,7 @@ impl HostEvidence {
             HostEvidence::Allocation => 3,
             HostEvidence::Shm => 2,
             HostEvidence::Sigkill => 1,
-            HostEvidence::Launcher => 0,
+            HostEvidence::Launcher | HostEvidence::Exited => 0,
         }
     }
 
@@ -50,6 +54,7 @@ impl HostEvidence {
             HostEvidence::Shm => "shm",
             HostEvidence::Sigkill => "sigkill",
             HostEvidence::Launcher => "launcher",
+            HostEvidence::Exited => "exited",
         }
     }
 }
@@ -108,6 +113,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("outofmemoryerror")
         || l.contains("earlyoom")
         || l.contains("</torch_")
+        || l.contains("exited unexpectedly")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -118,13 +124,17 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         let pid = number_after(&l, "(pid ");
         let fw = if l.contains("dataloader process") { "paddle" } else { "pytorch" };
-        if l.contains("bus error") {
+        // (`… killed by signal: Bus` / `error. It is possible …` when the paste wraps.)
+        if l.contains("bus error") || l.trim_end().ends_with("signal: bus") {
             return sym(Shm, fw, pid);
         }
         if l.contains("signal: killed") {
             return sym(Sigkill, fw, pid);
         }
         return None;
+    }
+    if l.contains("dataloader worker (pid") && l.contains("exited unexpectedly") {
+        return sym(Exited, "pytorch", number_after(&l, "(pid(s) ").or_else(|| number_after(&l, "(pid ")));
     }
     // `ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient
     // shared memory (shm).`
@@ -286,6 +296,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("<signals.sigkill: 9>") {
         return sym(Sigkill, "python", None);
     }
+    // A wrapper's own report: `❌ Training failed with exit code -9`.
+    if ["exit code -9", "exit status -9"].iter().any(|w| ends_word(&l, w)) {
+        return sym(Sigkill, "shell", None);
+    }
     if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
         return sym(Sigkill, "deepspeed", None);
     }
@@ -326,6 +340,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     None
 }
 
+/// True when `l` holds `w` not followed by another digit (`exit code -9`, not `-97`).
+fn ends_word(l: &str, w: &str) -> bool {
+    l.match_indices(w).any(|(i, _)| !l.as_bytes().get(i + w.len()).is_some_and(u8::is_ascii_digit))
+}
+
 /// Who printed gunicorn's worker-killed line.
 pub const GUNICORN: &str = "gunicorn";
 
@@ -351,7 +370,7 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
     if lower == "killed"
         || lower == "killed: 9"
         || glued_number
-        || t == KILLED_ZH
+        || t.ends_with(KILLED_ZH)
         || lower.ends_with("]killed")
         || lower.ends_with("it/s]killed")
         || lower.ends_with("| killed")
@@ -473,6 +492,50 @@ mod tests {
                 (Sigkill, "cog", None),
             ),
             (
+                "Error: model requires more system memory (12.5 GiB) than is available (8.2 GiB)",
+                (Explicit, "ollama", None),
+            ),
+            ("java.lang.OutOfMemoryError: Java heap space", (Allocation, "java", None)),
+            ("OSError: [Errno 12] Cannot allocate memory", (Allocation, "python", None)),
+            (
+                "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+                (Shm, "pytorch", None),
+            ),
+            (
+                "OSError: The paging file is too small for this operation to complete. (os error 1455)",
+                (Allocation, "windows", None),
+            ),
+            (
+                "Jun 01 10:00:00 box earlyoom[812]: sending SIGTERM to process 4567 uid 1000 \"python3.13\": oom_score 900, VmRSS 30000 MiB",
+                (Explicit, "earlyoom", Some(4567)),
+            ),
+            (
+                "RuntimeError: unable to write to file </torch_18692_1954506624>: No space left on device (28)",
+                (Shm, "pytorch", None),
+            ),
+            (
+                "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by insufficient shared memory (shm), please check whether use_shared_memory is set and storage space in /dev/shm is enough",
+                (Shm, "paddle", None),
+            ),
+            (
+                "./invokeai/invoke.sh: riga 24:  8612 Killed                  .venv/bin/python .venv/bin/invoke.py --web $*",
+                (Sigkill, "shell", Some(8612)),
+            ),
+            (
+                "failed to solve: rpc error: code = Unknown desc = executor failed running [/bin/sh -c pip install -r requirements.txt]: exit code: 137",
+                (Sigkill, "shell", None),
+            ),
+            (
+                "RuntimeError: DataLoader worker (pid(s) 25) exited unexpectedly",
+                (Exited, "pytorch", Some(25)),
+            ),
+            ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus", (Shm, "pytorch", Some(47))),
+            ("❌ Training failed with exit code -9", (Sigkill, "shell", None)),
+            (
+                "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死",
+                (Sigkill, "shell", None),
+            ),
+            (
                 "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
                 (Explicit, "slurm", None),
             ),
@@ -513,6 +576,8 @@ mod tests {
             "  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory",
             "killedby",
             "exit code 1",
+            "process exited with exit code -97",
+            "step 12: 100 killed tasks",
         ] {
             assert_eq!(ev(line), None, "{line}");
         }

@@ -17,7 +17,8 @@
 //!   words say about the cause (`message.hint`); `op.rs` — the code the failing allocation was
 //!   made in (attention: hint `attention`, its clue `message.op`).
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
-//! * `command.rs` — reading whole files or stdin through both parsers (`oomlens-agent parse`).
+//! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
+//!   reading whole files or stdin that way (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
 //! * `text.rs` — the bounded view of a line and the compact (wrap-proof) form of a message.
 //!
@@ -41,6 +42,7 @@ pub mod hint;
 pub mod host;
 pub mod kernel;
 pub mod lines;
+pub mod mixed;
 pub mod op;
 pub mod pci;
 pub mod phase;

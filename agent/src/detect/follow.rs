@@ -47,7 +47,8 @@ use tracing::{info, warn};
 use crate::detect::confine::{ConfineError, Roots};
 use crate::detect::offsets::{FINGERPRINT_BYTES, FileOffset, Fingerprint, OffsetState};
 use crate::detect::parse::lines::line_time_ms;
-use crate::detect::parse::{LineDecoder, LineFormat, LogParser, MAX_EVENT_SPAN, ParsedOom};
+use crate::detect::parse::mixed::MixedParser;
+use crate::detect::parse::{LineDecoder, LineFormat, MAX_EVENT_SPAN, ParsedOom};
 use crate::metrics::AgentMetrics;
 use crate::source::Reading;
 use oomlens_schema::text::now_ms;
@@ -98,13 +99,14 @@ pub trait LineHandler: Send {
 const MAX_STARTS: usize = MAX_EVENT_SPAN as usize + 16;
 
 /// The log OOM parser as a [`LineHandler`]: container framing decoded (CRI / Docker partial
-/// lines joined) by [`LineDecoder`], then [`LogParser`]. It remembers where each physical line
+/// lines joined) by [`LineDecoder`], then [`MixedParser`] (the job's own messages, and kernel
+/// lines the job log carries, as `oomlens explain` reads a paste). It remembers where each physical line
 /// that an open event may start at begins, so every event comes with its [`LineStart`].
 #[derive(Debug)]
 pub struct ParserHandler {
     format: LineFormat,
     decoder: LineDecoder,
-    parser: LogParser,
+    parser: MixedParser,
     /// Physical lines fed so far (the decoder's and parser's line numbers).
     fed: u64,
     /// (physical line number, start) of the lines an open event may start at, in order.
@@ -117,7 +119,7 @@ impl ParserHandler {
         ParserHandler {
             format,
             decoder: LineDecoder::new(format),
-            parser: LogParser::new(),
+            parser: MixedParser::new(),
             fed: 0,
             starts: VecDeque::new(),
         }

@@ -30,7 +30,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 11;
+pub const RULES_VERSION: u32 = 12;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -45,6 +45,11 @@ pub const NO_FREES_BYTES: u64 = 64 << 20;
 /// GPU: every real PyTorch OOM shows some cached slack; a fragmented cache holds a large part of
 /// the card.
 pub const CACHED_SHARE: u64 = 10;
+/// …and, from the message alone (no samples, no reported phase), at least this share (percent)
+/// of what is allocated: PyTorch's own hint, "reserved memory is >> allocated memory" (reserved ≥
+/// 1.5 × allocated). On real messages a cache of 12–17 % of the card beside twice as much live
+/// memory was a batch's between-step slack more often than fragmentation.
+pub const CACHED_OF_ALLOCATED: u64 = 50;
 /// With the hook's allocator summary, one kind of site holds the memory when its live bytes are at
 /// least this many times the other kind's.
 pub const SITE_DOMINANCE: u64 = 2;
@@ -287,9 +292,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
         // Message only, a large cached share is as often a batch or a length that varies step to
         // step (the threads cut those); with the samples, the cases it was built for.
-        Rule::FragmentedCache if f.own_samples > 0 || f.phase_source == "reported" => {
-            &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)]
-        }
+        Rule::FragmentedCache if !message_only(f) => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
         Rule::FragmentedCache => &[(Fragmentation, 40), (Batch, 35), (Sequence, 20), (Static, 5)],
         // As the allocator snapshot's attention sites: the score matrix grows with seq², but a
         // larger batch multiplies it too.
@@ -339,6 +342,11 @@ fn pct_of(part: u64, whole: u64) -> u64 {
 /// Which phase names mean "loading / start-up".
 fn at_load(f: &OomFeatures) -> bool {
     matches!(f.phase_effective.as_str(), "load" | "optimizer_init" | "startup")
+}
+
+/// Only the message: no process samples and no phase reported by the job.
+fn message_only(f: &OomFeatures) -> bool {
+    f.own_samples == 0 && f.phase_source != "reported"
 }
 
 fn inference(f: &OomFeatures) -> bool {
@@ -399,7 +407,12 @@ fn facts(f: &OomFeatures) -> Facts {
     };
     let fragmented = match (f.cached_free_bytes, cap, f.requested_bytes) {
         (Some(u), Some(c), Some(q)) => {
-            u >= c / 100 * CACHED_SHARE && u.saturating_add(f.free_bytes.unwrap_or(0)) >= q
+            u >= c / 100 * CACHED_SHARE
+                && u.saturating_add(f.free_bytes.unwrap_or(0)) >= q
+                && (!message_only(f)
+                    || f.allocated_bytes.is_none_or(|a| {
+                        u128::from(u) * 100 >= u128::from(a) * u128::from(CACHED_OF_ALLOCATED)
+                    }))
         }
         _ => false,
     };
@@ -1049,7 +1062,7 @@ mod tests {
         // free blocks do not even add up to the request (the rest is pending frees of other
         // streams): not fragmentation.
         let cached = EventEvidence {
-            allocated_bytes: Some(60 * GIB),
+            allocated_bytes: Some(50 * GIB),
             reserved_bytes: Some(78 * GIB),
             alloc_cached_free_bytes: Some(4 * GIB),
             alloc_largest_free_bytes: Some(GIB),
@@ -1173,6 +1186,17 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(frag.clone()), Rule::FragmentedCache);
+        // A cache of 12 % of the card beside six times as much live memory is not "reserved >>
+        // allocated": what a batch's activations leave between steps.
+        let slack = EventEvidence {
+            requested_bytes: Some(2 * GIB),
+            allocated_bytes: Some(60 * GIB),
+            reserved_bytes: Some(70 * GIB),
+            process_used_bytes: Some(71 * GIB),
+            free_bytes: Some(GIB),
+            ..msg()
+        };
+        assert_ne!(rule(slack), Rule::FragmentedCache);
         // Enough free memory reported and still refused.
         let free = EventEvidence {
             requested_bytes: Some(20 * MIB),
