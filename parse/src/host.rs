@@ -85,6 +85,63 @@ fn sym(evidence: HostEvidence, framework: &'static str, pid: Option<u32>) -> Opt
     Some(HostSymptom { evidence, framework, pid })
 }
 
+/// Lines that say it in so many words: every word of an entry in the (lower-cased) line, first
+/// match wins.
+const SAID: &[(&[&str], HostEvidence, &str)] = &[
+    // Slurm: `slurmstepd: error: Detected 1 oom-kill event(s) in StepId=…`, `srun: error: node:
+    // task 0: Out Of Memory`; its older enforcement `Job 7518 exceeded memory limit (626359956 >
+    // 512000000), being killed`, `Exceeded job memory limit`.
+    (&["slurmstepd", "oom-kill event"], HostEvidence::Explicit, "slurm"),
+    (&["slurmstepd", "oom_kill event"], HostEvidence::Explicit, "slurm"),
+    (&["srun: error:", "out of memory"], HostEvidence::Explicit, "slurm"),
+    (&["slurmstepd", "exceeded job memory limit"], HostEvidence::Explicit, "slurm"),
+    (&["slurmstepd", "exceeded step memory limit"], HostEvidence::Explicit, "slurm"),
+    (&["slurmstepd", "exceeded memory limit", "being killed"], HostEvidence::Explicit, "slurm"),
+    // PBS / Torque with Moab: `job 3132467 exceeded MEM usage hard limit (2528 > 1126)`.
+    (&["exceeded mem usage hard limit"], HostEvidence::Explicit, "pbs"),
+    // YARN: `Container [pid=…] is running beyond physical memory limits. … Killing container.`
+    (&["is running beyond physical memory limits"], HostEvidence::Explicit, "yarn"),
+    (&["is running beyond virtual memory limits"], HostEvidence::Explicit, "yarn"),
+    // HTCondor's hold reason: `Docker job has gone over memory limit of 1024 Mb`.
+    (&["job has gone over memory limit"], HostEvidence::Explicit, "htcondor"),
+    (&["term_memlimit"], HostEvidence::Explicit, "lsf"),
+    (&["was oom-killed"], HostEvidence::Explicit, "kubernetes"),
+    (&["the node was low on resource: memory"], HostEvidence::Explicit, "kubernetes"),
+    // systemd: `train.service: Failed with result 'oom-kill'.`
+    (&["has been killed by the oom killer"], HostEvidence::Explicit, "systemd"),
+    (&["failed with result 'oom-kill'"], HostEvidence::Explicit, "systemd"),
+    (&["session crashed after using all available ram"], HostEvidence::Explicit, "colab"),
+    (&["notebook tried to allocate more memory than is available"], HostEvidence::Explicit, "kaggle"),
+    // Vertex AI custom jobs: `The replica workerpool0-0 ran out-of-memory and exited with a
+    // non-zero status of 9(SIGKILL).`
+    (&["ran out-of-memory and exited with a non-zero status"], HostEvidence::Explicit, "vertex"),
+    // ollama's check before loading: `Error: model requires more system memory (12.5 GiB) than is
+    // available (8.2 GiB)`.
+    (&["model requires more system memory"], HostEvidence::Explicit, "ollama"),
+    // Host allocations refused.
+    (&["defaultcpuallocator: can't allocate memory"], HostEvidence::Allocation, "pytorch"),
+    (&["defaultcpuallocator: not enough memory"], HostEvidence::Allocation, "pytorch"),
+    (&["not enough memory: you tried to allocate"], HostEvidence::Allocation, "pytorch"),
+    // The JVM's heap (Spark, a Java service on the node).
+    (&["java.lang.outofmemoryerror", "heap space"], HostEvidence::Allocation, "java"),
+    (&["java.lang.outofmemoryerror", "gc overhead limit"], HostEvidence::Allocation, "java"),
+    (&["java.lang.outofmemoryerror", "direct buffer memory"], HostEvidence::Allocation, "java"),
+    // ENOMEM: `OSError: [Errno 12] Cannot allocate memory` (fork or mmap refused), `Cannot
+    // allocate memory (12)`, PaddlePaddle's `posix_memalign(…) == 0 (12 vs. 0)` and `Fail to alloc
+    // memory of 564023296 size, error code is 12.`
+    (&["[errno 12] cannot allocate memory"], HostEvidence::Allocation, "python"),
+    (&["posix_memalign", "(12 vs. 0)"], HostEvidence::Allocation, "paddle"),
+    (&["posix_memalign", ":12 != 0"], HostEvidence::Allocation, "paddle"),
+    (&["cannot allocate memory (12)"], HostEvidence::Allocation, "python"),
+    (&["fail to alloc memory of", "error code is 12"], HostEvidence::Allocation, "paddle"),
+    (&["arraymemoryerror"], HostEvidence::Allocation, "numpy"),
+    (&["unable to allocate", "for an array"], HostEvidence::Allocation, "numpy"),
+    // Windows, also without the `[WinError 1455]` prefix (`… (os error 1455)`).
+    (&["winerror 1455"], HostEvidence::Allocation, "windows"),
+    (&["paging file is too small", "1455"], HostEvidence::Allocation, "windows"),
+    (&["oom when allocating tensor", "allocator cpu"], HostEvidence::Allocation, "tensorflow"),
+];
+
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
 pub fn detect(body: &str) -> Option<HostSymptom> {
     use HostEvidence::*;
@@ -148,68 +205,24 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("unable to write to file </torch_") {
         return sym(Shm, "pytorch", None);
     }
-    // Schedulers and runtimes that say it.
-    if l.contains("slurmstepd") && (l.contains("oom-kill event") || l.contains("oom_kill event")) {
-        return sym(Explicit, "slurm", None);
-    }
-    if l.contains("srun: error:") && l.contains("out of memory") {
-        return sym(Explicit, "slurm", None);
-    }
-    // Slurm's older memory enforcement: `slurmstepd: error: Job 7518 exceeded memory limit
-    // (626359956 > 512000000), being killed`, `slurmstepd: error: Exceeded job memory limit`.
-    if l.contains("slurmstepd")
-        && (l.contains("exceeded job memory limit")
-            || l.contains("exceeded step memory limit")
-            || (l.contains("exceeded memory limit") && l.contains("being killed")))
+    // Schedulers, runtimes and allocators that say it in so many words.
+    if let Some((_, evidence, framework)) =
+        SAID.iter().find(|(words, ..)| words.iter().all(|w| l.contains(w)))
     {
-        return sym(Explicit, "slurm", None);
+        return sym(*evidence, framework, None);
     }
-    // PBS / Torque with Moab: `job 3132467 exceeded MEM usage hard limit (2528 > 1126)`.
-    if l.contains("exceeded mem usage hard limit") {
-        return sym(Explicit, "pbs", None);
-    }
-    // YARN: `Container [pid=…] is running beyond physical memory limits. Current usage: … Killing
-    // container.`
-    if l.contains("is running beyond physical memory limits")
-        || l.contains("is running beyond virtual memory limits")
-    {
-        return sym(Explicit, "yarn", None);
-    }
-    // Ray: `The process is killed by SIGKILL by OOM killer due to high memory usage`.
-    if l.contains("killed by sigkill by oom killer") {
-        return sym(Explicit, "ray", number_after(&l, "pid="));
-    }
-    // HTCondor's hold reason: `Docker job has gone over memory limit of 1024 Mb`.
-    if l.contains("job has gone over memory limit") {
-        return sym(Explicit, "htcondor", None);
-    }
-    if l.contains("term_memlimit") {
-        return sym(Explicit, "lsf", None);
-    }
-    if l.contains("oomkilled") && !l.contains("oomkilled:false") && !l.contains("oomkilled\": false") {
-        return sym(Explicit, "kubernetes", None);
-    }
-    if l.contains("was oom-killed") || l.contains("the node was low on resource: memory") {
-        return sym(Explicit, "kubernetes", None);
-    }
-    // systemd: `train.service: Failed with result 'oom-kill'.`
-    if l.contains("has been killed by the oom killer") || l.contains("failed with result 'oom-kill'") {
-        return sym(Explicit, "systemd", None);
-    }
-    if l.contains("killed due to memory pressure")
+    // Ray: `The process is killed by SIGKILL by OOM killer due to high memory usage`, `… killed
+    // due to memory pressure (OOM)`; it names the worker's pid.
+    if l.contains("killed by sigkill by oom killer")
+        || l.contains("killed due to memory pressure")
         || l.contains("ray killed this worker")
         || l.contains("killed due to the node running low on memory")
         || (l.contains("system memory low at node") && l.contains("killing"))
     {
         return sym(Explicit, "ray", number_after(&l, "pid="));
     }
-    if l.contains("session crashed after using all available ram") {
-        return sym(Explicit, "colab", None);
-    }
-    // ollama's check before loading: `Error: model requires more system memory (12.5 GiB) than is
-    // available (8.2 GiB)`.
-    if l.contains("model requires more system memory") {
-        return sym(Explicit, "ollama", None);
+    if l.contains("oomkilled") && !l.contains("oomkilled:false") && !l.contains("oomkilled\": false") {
+        return sym(Explicit, "kubernetes", None);
     }
     // earlyoom, the user-space OOM killer: `earlyoom[812]: sending SIGTERM to process 4567 uid 1000
     // "python3": oom_score 900, VmRSS 30000 MiB`.
@@ -218,44 +231,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         return sym(Explicit, "earlyoom", number_after(&l, "to process "));
     }
-    if l.contains("notebook tried to allocate more memory than is available") {
-        return sym(Explicit, "kaggle", None);
-    }
-    // Vertex AI custom jobs: `The replica workerpool0-0 ran out-of-memory and exited with a non-zero
-    // status of 9(SIGKILL).`
-    if l.contains("ran out-of-memory and exited with a non-zero status") {
-        return sym(Explicit, "vertex", None);
-    }
     // Hugging Face Spaces' runtime-error banner: `Memory limit exceeded (16Gi)`, older `CPU Memory
     // limit exceeded (16GB)`.
     if l.starts_with("memory limit exceeded") || l.starts_with("cpu memory limit exceeded") {
         return sym(Explicit, "spaces", None);
-    }
-    // Host allocations refused.
-    if l.contains("defaultcpuallocator: can't allocate memory")
-        || l.contains("defaultcpuallocator: not enough memory")
-        || l.contains("not enough memory: you tried to allocate")
-    {
-        return sym(Allocation, "pytorch", None);
-    }
-    // The JVM's heap (Spark, a Java service on the node): `java.lang.OutOfMemoryError: Java heap
-    // space`, `GC overhead limit exceeded`, `Direct buffer memory`.
-    if l.contains("java.lang.outofmemoryerror")
-        && (l.contains("heap space") || l.contains("gc overhead limit") || l.contains("direct buffer memory"))
-    {
-        return sym(Allocation, "java", None);
-    }
-    // `OSError: [Errno 12] Cannot allocate memory` (fork or mmap refused: ENOMEM).
-    if l.contains("[errno 12] cannot allocate memory") {
-        return sym(Allocation, "python", None);
-    }
-    if l.contains("cannot allocate memory (12)")
-        || (l.contains("posix_memalign") && (l.contains("(12 vs. 0)") || l.contains(":12 != 0")))
-    {
-        return sym(Allocation, if l.contains("posix_memalign") { "paddle" } else { "python" }, None);
-    }
-    if l.contains("arraymemoryerror") || (l.contains("unable to allocate") && l.contains("for an array")) {
-        return sym(Allocation, "numpy", None);
     }
     // A C++ program's `new` failed and nothing caught it: `terminate called after throwing an
     // instance of 'std::bad_alloc'`, `  what():  std::bad_alloc`. (GPU allocators that throw name
@@ -265,21 +244,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         return sym(Allocation, "c++", None);
     }
-    // PaddlePaddle's host allocator: `ResourceExhaustedError: Fail to alloc memory of 564023296
-    // size, error code is 12.` (ENOMEM).
-    if l.contains("fail to alloc memory of") && l.contains("error code is 12") {
-        return sym(Allocation, "paddle", None);
-    }
-    // Also without the `[WinError 1455]` prefix: `The paging file is too small for this operation
-    // to complete. (os error 1455)`.
-    if l.contains("winerror 1455") || (l.contains("paging file is too small") && l.contains("1455")) {
-        return sym(Allocation, "windows", None);
-    }
     if l == "memoryerror" || l.starts_with("memoryerror:") || l.ends_with(" memoryerror") {
         return sym(Allocation, "python", None);
-    }
-    if l.contains("oom when allocating tensor") && l.contains("allocator cpu") {
-        return sym(Allocation, "tensorflow", None);
     }
     // Killed by SIGKILL.
     if l.contains("exitcode: -9") {
@@ -303,13 +269,13 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
         return sym(Sigkill, "deepspeed", None);
     }
-    // gdb's `Program terminated with signal SIGKILL`; fish's `fish: Job 1, 'python3 …' terminated
-    // by signal SIGKILL (Forced quit)`.
     // ollama: `Error: 500 Internal Server Error: llama-server process has terminated: signal:
     // killed` (older: `llama runner process has terminated: signal: killed`).
     if l.contains("process has terminated: signal: killed") {
         return sym(Sigkill, "ollama", None);
     }
+    // gdb's `Program terminated with signal SIGKILL`; fish's `fish: Job 1, 'python3 …' terminated
+    // by signal SIGKILL (Forced quit)`.
     if l.contains("terminated with signal sigkill") || l.contains("terminated by signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
