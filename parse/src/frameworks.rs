@@ -4,17 +4,17 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
-//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.` | `jax` |
+//! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
-//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory` | `llama.cpp` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory`; node-llama-cpp's `A context size of N is too large for the available VRAM` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
-//! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`) + its hints | `paddle` |
+//! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`; an issue title's head alone, `Out of memory error on GPU`) + its hints | `paddle` |
 //! | Serving | TGI `Not enough memory to handle N prefill tokens` / `… N total tokens with M prefill tokens`; SGLang `Not enough memory. Please try to increase --mem-fraction-static` | `tgi` / `sglang` |
 //! | Accelerate | `No executable batch size found, reached zero.` (`find_executable_batch_size` caught an OOM at every batch size down to 0; the OOMs themselves are not printed) | `accelerate` |
 //!
@@ -129,7 +129,8 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Torch);
     }
-    if c.contains("outofmemoryerrorongpu") && c.contains("cannotallocate") {
+    // (Also the head alone, as an issue title carries it: `Out of memory error on GPU`.)
+    if c.contains("outofmemoryerrorongpu") {
         return Some(Family::Paddle);
     }
     // The 1.5-era fluid allocator: `Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_…`.
@@ -181,6 +182,9 @@ pub fn detect(c: &str) -> Option<Family> {
         // Older PyTorch/XLA on TPU: `Resource exhausted: Attempting to allocate 180.59M. That was
         // not possible. There are 142.58M free.; (0x3x0_HBM1)`.
         || (c.contains("attemptingtoallocate") && c.contains("thatwasnotpossible"))
+        // XLA could not place a constant of the compiled program: `INTERNAL: Failed to allocate
+        // 98697216 bytes for new constant`.
+        || (c.contains("failedtoallocate") && c.contains("bytesfornewconstant"))
     {
         return Some(Family::Jax);
     }
@@ -203,6 +207,9 @@ pub fn detect(c: &str) -> Option<Family> {
         // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
         || (c.contains("ggml_vulkan:devicememoryallocationofsize") && c.contains("failed"))
         || c.contains("erroroutofdevicememory")
+        // node-llama-cpp's check before it creates a context: `A context size of 4096 is too
+        // large for the available VRAM`.
+        || (c.contains("contextsizeof") && c.contains("toolargefortheavailablevram"))
     {
         return Some(Family::Ggml);
     }
@@ -305,6 +312,11 @@ fn cuda_runtime(c: &str) -> bool {
         // The CUDA samples' check macro, as bitsandbytes' C code prints it: `Error out of memory
         // at line 380 in file /src/csrc/pythonInterface.c`.
         || (c.contains("erroroutofmemoryatline") && c.contains("infile"))
+        // Apple's MLX on Metal: `[metal::malloc] Attempting to allocate N bytes which is greater
+        // than the maximum allowed buffer size of M bytes`, `[metal::malloc] Resource limit (N)
+        // exceeded`.
+        || (c.contains("[metal::malloc]")
+            && (c.contains("attemptingtoallocate") || c.contains("resourcelimit")))
     {
         return true;
     }
@@ -464,6 +476,8 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
 
 /// Words the requested size follows, in runtimes that print nothing else:
 const REQUEST_BEFORE: &[&str] = &[
+    // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
+    "[metal::malloc]attemptingtoallocate",
     // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
     "requestedamountofgpumemory(",
     // ONNX Runtime's arena: `… Failed to allocate memory for requested buffer of size 643840`.
@@ -572,6 +586,12 @@ fn bfc(c: &str, f: &mut Fields) {
 
 fn jax(c: &str, f: &mut Fields) {
     if let Some((v, _)) = after(c, "outofmemorywhiletryingtoallocate", 0).and_then(|p| size_at(c, p, true)) {
+        f.requested.get_or_insert(v);
+    }
+    if let Some(p) = after(c, "failedtoallocate", 0)
+        && let Some((v, e)) = uint_at(c, p)
+        && c.get(e..).is_some_and(|s| s.starts_with("bytesfornewconstant"))
+    {
         f.requested.get_or_insert(v);
     }
     if let Some(p) = after(c, "failedtoallocaterequestfor", 0) {
@@ -771,6 +791,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "llama.cpp"
         } else if c.contains("cudasuccess(2vs.0)") || c.contains("syncedmem") {
             "caffe"
+        } else if c.contains("metal::malloc") {
+            "mlx"
         } else if c.contains("onnxruntime") || c.contains("bfcarena") {
             "onnxruntime"
         } else if c.contains("gpuvideomemory") || c.contains("directml") {
@@ -981,6 +1003,20 @@ mod tests {
                 "(1) Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.; (0x3x0_HBM1)",
                 Family::Jax,
             ),
+            (
+                "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant",
+                Family::Jax,
+            ),
+            (
+                "Failed to load model: A context size of 4096 is too large for the available VRAM",
+                Family::Ggml,
+            ),
+            (
+                "RuntimeError: [metal::malloc] Attempting to allocate 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes.",
+                Family::Cuda,
+            ),
+            ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
+            ("Out of memory error on GPU", Family::Paddle),
         ] {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }
@@ -1037,6 +1073,12 @@ mod tests {
         let f =
             fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
         assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant");
+        assert_eq!(f.requested, Some(98_697_216));
+        let f = fields(
+            "[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes.",
+        );
+        assert_eq!((f.requested, f.capacity), (Some(48_736_917_632), None));
         let f = fields("ggml_vulkan: Device memory allocation of size 96612096 failed.");
         assert_eq!(f.requested, Some(96_612_096));
         // tt-metal's per-bank figures, times the 12 banks.

@@ -15,7 +15,7 @@
 //! | `mem_fraction_static` | SGLang: `Not enough memory. Please try to increase --mem-fraction-static` |
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
 //! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU) |
-//! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers` |
+//! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers`; node-llama-cpp: `A context size of N is too large for the available VRAM` |
 //! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`) |
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
@@ -43,6 +43,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["failedtoallocatebufferforkvcache"], "context_alloc"),
         (&["failedtoallocatecomputebuffers"], "context_alloc"),
         (&["failedtoallocatecomputeppbuffers"], "context_alloc"),
+        (&["toolargefortheavailablevram"], "context_alloc"),
         (&["noexecutablebatchsizefound"], "batch_search_exhausted"),
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),

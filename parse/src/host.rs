@@ -7,7 +7,7 @@
 //! | evidence | lines (examples) |
 //! |---|---|
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
@@ -140,6 +140,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["winerror 1455"], HostEvidence::Allocation, "windows"),
     (&["paging file is too small", "1455"], HostEvidence::Allocation, "windows"),
     (&["oom when allocating tensor", "allocator cpu"], HostEvidence::Allocation, "tensorflow"),
+    // Caffe's host-side buffer: `syncedmem.hpp:24] Check failed: *ptr host allocation of size
+    // 282240000 failed`.
+    (&["check failed", "host allocation of size", "failed"], HostEvidence::Allocation, "caffe"),
 ];
 
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
@@ -163,6 +166,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("paging file")
         || l.contains("memoryerror")
         || l.contains("unable to allocate")
+        || l.contains("host allocation")
         || l.contains("allocator cpu")
         || l.contains("memalign")
         || l.contains("winerror 1455")
@@ -355,8 +359,15 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
         });
     // zsh's job number `[1]`, also glued to the end of a progress bar (`1.84s/it][1]`).
     let zsh = i.checked_sub(2).is_some_and(|j| words[j].ends_with(']') && words[j].contains('['));
+    // zsh's report alone on its line, the command cut off: `[1]    2843557 killed`.
+    let zsh_alone = i == 2
+        && words.len() == 3
+        && words[0]
+            .strip_prefix('[')
+            .and_then(|w| w.strip_suffix(']'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     // bash names the script line; an issue title may drop the command after `Killed`.
-    if bash || (zsh && words.len() > i + 1) {
+    if bash || (zsh && words.len() > i + 1) || zsh_alone {
         return sym(HostEvidence::Sigkill, "shell", Some(pid));
     }
     None
@@ -412,6 +423,11 @@ mod tests {
                 (Sigkill, "shell", Some(8156)),
             ),
             ("[1]    14875 killed     python main.py --low_vram", (Sigkill, "shell", Some(14875))),
+            ("[1]    2843557 killed", (Sigkill, "shell", Some(2843557))),
+            (
+                "F1111 22:11:06.945744  1512 syncedmem.hpp:24] Check failed: *ptr host allocation of size 282240000 failed",
+                (Allocation, "caffe", None),
+            ),
             ("已杀死", (Sigkill, "shell", None)),
             ("run.sh: line 3:  8156 已杀死               python train.py", (Sigkill, "shell", Some(8156))),
             ("interrupted by signal 9:SIGKILL (137)", (Sigkill, "ide", None)),

@@ -416,6 +416,10 @@ struct Traceback {
     omitted: u64,
     /// Lines since the exception line (the first line that is not a frame).
     since_exception: Option<u32>,
+    /// The out-of-memory failure an IPython header named (`ResourceExhaustedError   Traceback
+    /// (most recent call last)`): reported from the traceback alone if its message never comes
+    /// (a paste cut after the frames).
+    named: Option<Family>,
 }
 
 impl Traceback {
@@ -427,6 +431,7 @@ impl Traceback {
             tail: VecDeque::new(),
             omitted: 0,
             since_exception: None,
+            named: None,
         }
     }
 
@@ -472,6 +477,25 @@ fn is_frame(body: &str) -> bool {
         || body.starts_with("Traceback (most recent call last)")
         || body.starts_with("During handling of the above exception")
         || body.starts_with("The above exception was the direct cause")
+}
+
+/// IPython's traceback header, `ResourceExhaustedError                    Traceback (most recent
+/// call last)`: `Some(family)` when the exception it names is an out-of-memory failure
+/// (TensorFlow's `ResourceExhaustedError`, PyTorch's `OutOfMemoryError`), `Some(None)` for any
+/// other exception, `None` when the line is not such a header.
+fn ipython_header(body: &str) -> Option<Option<Family>> {
+    let (name, rest) = body.trim_end().split_once(char::is_whitespace)?;
+    if rest.trim_start() != "Traceback (most recent call last)"
+        || !rest.starts_with("  ")
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+    {
+        return None;
+    }
+    Some(match name.rsplit('.').next().unwrap_or(name) {
+        "ResourceExhaustedError" => Some(Family::TfTensor),
+        "OutOfMemoryError" => Some(Family::Torch),
+        _ => None,
+    })
 }
 
 /// An event still taking lines.
@@ -673,7 +697,7 @@ impl LogParser {
             match taker {
                 Some(i) => self.pending[i].push_line(raw, &c, &origin),
                 None => {
-                    self.track_traceback(raw, body, origin.clone());
+                    self.track_traceback(raw, body, origin.clone(), &mut out);
                     let mut i = 0;
                     while i < self.pending.len() {
                         let p = &mut self.pending[i];
@@ -710,7 +734,9 @@ impl LogParser {
         for p in pending {
             self.close(p, &mut out);
         }
-        self.tracebacks.clear();
+        for tb in std::mem::take(&mut self.tracebacks) {
+            self.close_named(tb, &mut out);
+        }
         out
     }
 
@@ -808,21 +834,26 @@ impl LogParser {
             .or_else(|| self.tracebacks.iter().rposition(|tb| tb.origin.compatible(origin)))
     }
 
-    fn track_traceback(&mut self, raw: &str, body: &str, origin: Origin) {
+    fn track_traceback(&mut self, raw: &str, body: &str, origin: Origin, out: &mut Vec<ParsedOom>) {
         let open = self.traceback_of(&origin);
-        if body.starts_with("Traceback (most recent call last)") {
+        let named = ipython_header(body);
+        if body.starts_with("Traceback (most recent call last)") || named.is_some() {
             match open {
                 // A chained exception continues the same traceback.
                 Some(i) if self.tracebacks[i].origin.key == origin.key => {
                     let tb = &mut self.tracebacks[i];
                     tb.push(raw);
                     tb.since_exception = None;
+                    tb.named = tb.named.or(named.flatten());
                 }
                 _ => {
                     if self.tracebacks.len() >= MAX_PENDING {
-                        self.tracebacks.remove(0);
+                        let tb = self.tracebacks.remove(0);
+                        self.close_named(tb, out);
                     }
-                    self.tracebacks.push(Traceback::new(self.line, origin, raw));
+                    let mut tb = Traceback::new(self.line, origin, raw);
+                    tb.named = named.flatten();
+                    self.tracebacks.push(tb);
                 }
             }
             return;
@@ -831,7 +862,8 @@ impl LogParser {
             // A paste that starts inside a traceback (its header cut off).
             if phase::frame_of(body).is_some() {
                 if self.tracebacks.len() >= MAX_PENDING {
-                    self.tracebacks.remove(0);
+                    let tb = self.tracebacks.remove(0);
+                    self.close_named(tb, out);
                 }
                 self.tracebacks.push(Traceback::new(self.line, origin, raw));
             }
@@ -845,9 +877,37 @@ impl LogParser {
             let n = tb.since_exception.map_or(0, |n| n + 1);
             tb.since_exception = Some(n);
             if n >= TRACEBACK_GRACE {
-                self.tracebacks.remove(i);
+                let tb = self.tracebacks.remove(i);
+                self.close_named(tb, out);
             }
         }
+    }
+
+    /// Reports a traceback that ends without its message when its IPython header named an
+    /// out-of-memory failure (a number-less event of that family); drops any other.
+    fn close_named(&mut self, tb: Traceback, out: &mut Vec<ParsedOom>) {
+        let Some(family) = tb.named else {
+            return;
+        };
+        let header = tb.head.first().map_or("", String::as_str);
+        let compact = text::compact(prefix::strip(header).0);
+        let p = Pending {
+            family,
+            families: family.bit(),
+            origin: Origin { pid: None, gpu: None, ..tb.origin.clone() },
+            start: tb.start,
+            signature: oomlens_schema::text::clip(&compact, 256).to_owned(),
+            compact,
+            fields: Fields::default(),
+            idle: 0,
+            complete: true,
+            fed_start: self.fed,
+            host: None,
+            traceback: true,
+            after_frame: false,
+            raw: tb.into_raw(),
+        };
+        self.close(p, out);
     }
 
     fn close(&mut self, p: Pending, out: &mut Vec<ParsedOom>) {

@@ -232,3 +232,41 @@ fn gunicorn_sigkill_after_its_own_timeout_is_not_a_host_oom() {
     let other = format!("[x] [1] [CRITICAL] WORKER TIMEOUT (pid:7)\n{oom}");
     assert_eq!(parse(&other).len(), 1);
 }
+
+/// IPython prints the exception's name in its traceback header; a paste cut before the message
+/// still says which failure it was. With its message the header adds nothing: one event.
+#[test]
+fn ipython_header_names_the_failure() {
+    let frames = [
+        "ResourceExhaustedError                    Traceback (most recent call last)",
+        "<ipython-input-35-1a3bbd5216b5> in <module>",
+        "----> 7     classes=2",
+        "",
+        "/usr/local/lib/python3.6/dist-packages/keras/applications/resnet.py in ResNet50(*args, **kwargs)",
+        "     13 def ResNet50(*args, **kwargs):",
+        "---> 14     return resnet.ResNet50(*args, **kwargs)",
+    ];
+    let cut = parse_all(frames);
+    assert_eq!(cut.len(), 1);
+    assert_eq!((cut[0].kind, cut[0].framework, cut[0].line), (OomKind::CudaOom, "tensorflow", 1));
+    assert_eq!(cut[0].fields.requested, None);
+
+    let mut whole = frames.to_vec();
+    whole.push(
+        "ResourceExhaustedError: OOM when allocating tensor with shape[64,256,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    );
+    let events = parse_all(whole);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].line, events[0].fields.requested), (1, Some(64 * 256 * 56 * 56 * 4)));
+
+    // Another exception's header, or a header followed by other output: nothing.
+    let mut other = frames.to_vec();
+    other[0] = "ValueError                                Traceback (most recent call last)";
+    assert!(parse_all(other).is_empty());
+    let torch = parse_all([
+        "OutOfMemoryError                          Traceback (most recent call last)",
+        "Cell In[3], line 1",
+    ]);
+    assert_eq!(torch.len(), 1);
+    assert_eq!(torch[0].framework, "pytorch");
+}
