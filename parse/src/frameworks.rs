@@ -789,7 +789,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "paddle"
         } else if c.contains("ggml") || c.contains("llama") {
             "llama.cpp"
-        } else if c.contains("cudasuccess(2vs.0)") || c.contains("syncedmem") {
+        } else if c.contains("cudasuccess(2vs") || c.contains("syncedmem") {
             "caffe"
         } else if c.contains("metal::malloc") {
             "mlx"
@@ -845,7 +845,13 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
     } else if has(Family::Cupy) {
         if c.contains("resource_exhausted") { "jax" } else { "cupy" }
     } else if has(Family::Ggml) {
-        "llama.cpp"
+        // ggml names the buffer (`allocating 8192.00 MiB on device 0: cudaMalloc failed: out of
+        // memory`); the bare `cudaMalloc failed: out of memory` is MXNet's storage manager's.
+        if c.contains("cudamallocfailed") && !["allocating", "ggml", "llama"].iter().any(|w| c.contains(w)) {
+            "mxnet"
+        } else {
+            "llama.cpp"
+        }
     } else if has(Family::Nccl) {
         "nccl"
     } else if has(Family::Cublas) {

@@ -14,7 +14,7 @@
 //! | `prefill_tokens` | TGI: `Not enough memory to handle N prefill tokens` |
 //! | `mem_fraction_static` | SGLang: `Not enough memory. Please try to increase --mem-fraction-static` |
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
-//! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU) |
+//! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU); ExLlamaV2's `Insufficient VRAM for model and cache` (its auto-split at load) |
 //! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers`; node-llama-cpp: `A context size of N is too large for the available VRAM` |
 //! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`) |
@@ -40,6 +40,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["llama_model_load"], "model_load"),
         (&["unabletoallocatecuda0buffer"], "model_load"),
         (&["makesureyouhaveenoughgpuramtofitthequantizedmodel"], "model_load"),
+        (&["insufficientvramformodelandcache"], "model_load"),
         (&["failedtoallocatebufferforkvcache"], "context_alloc"),
         (&["failedtoallocatecomputebuffers"], "context_alloc"),
         (&["failedtoallocatecomputeppbuffers"], "context_alloc"),
@@ -48,7 +49,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),
         (&["couldnotcreatecudnnhandle"], "context_creation"),
-        (&["cudasuccess(2vs.0)"], "tensor_storage"),
+        (&["cudasuccess(2vs"], "tensor_storage"),
         (&["outofmemory", "thcstorage"], "tensor_storage"),
         (&["outofmemory", "thccachingallocator"], "tensor_storage"),
         (&["oomwhenallocatingtensor"], "graph_tensor"),
@@ -81,6 +82,7 @@ mod tests {
                 Some("context_creation"),
             ),
             ("llama_model_load: error loading model: unable to allocate CUDA0 buffer", Some("model_load")),
+            ("RuntimeError: Insufficient VRAM for model and cache", Some("model_load")),
             (
                 "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model.",
                 Some("model_load"),
@@ -89,6 +91,8 @@ mod tests {
                 "F1109 18:20:40.511134 28312 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
                 Some("tensor_storage"),
             ),
+            // An issue title that retyped it: `(2 vs 0)`.
+            ("Check failed: error == cudaSuccess(2 vs 0) out of memory", Some("tensor_storage")),
             (
                 "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
                 Some("tensor_storage"),

@@ -9,7 +9,7 @@
 //!
 //! | rank | phase | clues (function names, source lines, message words) |
 //! |---|---|---|
-//! | 1 | `load` | `from_pretrained`, `load_state_dict`, `load_checkpoint`, `load_model`, `dispatch_model`, `Module.to` / `.cuda()` / `.half()` / `_apply` inside `torch/nn/modules/module.py`, `model.to(` / `model.cuda(` in user code; engine start-up: vLLM's `profile_run`, `determine_num_available_blocks`, `_initialize_kv_caches`, `capture_model`, the KV-cache and free-memory start-up checks, sampler warm-up; llama.cpp `llama_model_load` / `llama_kv_cache_init` / compute-buffer reservation; SGLang `--mem-fraction-static`; TGI warm-up; `Loading checkpoint shards` |
+//! | 1 | `load` | `from_pretrained`, `load_state_dict`, `load_checkpoint`, `load_model`, `dispatch_model`, `Module.to` / `.cuda()` / `.half()` / `_apply` inside `torch/nn/modules/module.py`, `model.to(` / `model.cuda(` in user code; engine start-up: vLLM's `profile_run`, `determine_num_available_blocks`, `_initialize_kv_caches`, `capture_model`, the KV-cache and free-memory start-up checks, sampler warm-up; llama.cpp `llama_model_load` / `llama_kv_cache_init` / compute-buffer reservation, node-llama-cpp's context check; ExLlamaV2 `load_autosplit` / `Insufficient VRAM for model and cache`; SGLang `--mem-fraction-static`; TGI warm-up; `Loading checkpoint shards` |
 //! | 2 | `optimizer_init` | the optimizer creating its state (`_init_group` at `zeros_like` / `state[…]`, DeepSpeed `initialize_optimizer_states`, `_create_fp32_partitions`, `_configure_optimizer`) |
 //! | 3 | `backward` | `backward`, `run_backward`, `_engine_run_backward`, `loss.backward(` |
 //! | 4 | `optimizer_step` | `torch/optim` `step`, `_single_tensor_*` / `_multi_tensor_*` / `_fused_*`, `optimizer.step(`, `clip_grad_norm_` |
@@ -73,6 +73,8 @@ const FUNCTIONS: &[(&str, Phase)] = &[
     ("_dummy_sampler_run", Phase::Load),
     ("init_device", Phase::Load),
     ("warmup", Phase::Load),
+    ("load_autosplit", Phase::Load),
+    ("load_autosplit_gen", Phase::Load),
     ("initialize_optimizer_states", Phase::OptimizerInit),
     ("_create_fp32_partitions", Phase::OptimizerInit),
     ("_configure_optimizer", Phase::OptimizerInit),
@@ -144,6 +146,8 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
     ("llama_kv_cache_init:", Phase::Load, "KV-cache allocation at context creation"),
     ("failedtoallocatecomputebuffers", Phase::Load, "compute-buffer reservation at context creation"),
     ("failedtoallocatecomputeppbuffers", Phase::Load, "compute-buffer reservation at context creation"),
+    ("insufficientvramformodelandcache", Phase::Load, "model and cache placed at load"),
+    ("toolargefortheavailablevram", Phase::Load, "context sized at load"),
     ("loadingcheckpointshards", Phase::Load, "loading checkpoint shards"),
     ("loadingmodelweights", Phase::Load, "loading model weights"),
     // A serving engine's runtime is inference (its start-up failures are placed above).
@@ -203,6 +207,15 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
         && number.bytes().all(|b| b.is_ascii_digit())
     {
         return Some((file, function.trim()));
+    }
+    // Colab links each IPython frame's file: `[/path/module.py](https://localhost:8080/#) in
+    // function(args)`.
+    if let Some(rest) = t.strip_prefix('[')
+        && let Some((file, link)) = rest.split_once("](")
+        && let Some((_, tail)) = link.split_once(')')
+        && let Some(function) = tail.strip_prefix(" in ")
+    {
+        return (file.ends_with(".py") && !file.contains(' ')).then_some((file, function.trim()));
     }
     // IPython / Jupyter: `/path/module.py in function(args)`.
     let (file, tail) = t.split_once(".py in ")?;
@@ -324,6 +337,12 @@ mod tests {
         assert_eq!(phase(jupyter), Some(Phase::OptimizerStep), "Jupyter frames (source line not adjacent)");
         let ipython = "File ~/env/site-packages/bitsandbytes/nn/modules.py:296, in Params4bit._quantize(self, device)\n    294 def _quantize(self, device):\nRuntimeError: CUDA driver error: out of memory";
         assert_eq!(phase(ipython), Some(Phase::Load));
+        let colab = "[/usr/local/lib/python3.10/dist-packages/exllamav2/model.py](https://localhost:8080/#) in load_autosplit_gen(self, cache)\n    443  if current_device >= num_devices:\n--> 444  raise RuntimeError(\"Insufficient VRAM for model and cache\")\nRuntimeError: Insufficient VRAM for model and cache";
+        assert_eq!(
+            frame_of(colab.lines().next().unwrap_or("")),
+            Some(("/usr/local/lib/python3.10/dist-packages/exllamav2/model.py", "load_autosplit_gen"))
+        );
+        assert_eq!(phase(colab), Some(Phase::Load));
         let cut = "main/x/transformers/modeling_utils.py\", line 3850, in from_pretrained\n    ) = cls._load_pretrained_model(\nx";
         assert_eq!(phase(cut), Some(Phase::Load), "a frame line whose start the paste cut off");
         assert_eq!(frame_of("see train.py\", line 3, in the log"), None, "prose is not a frame");

@@ -16,6 +16,10 @@
 //!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
 //! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`).
 //!
+//! And one suffix: the source location Python's `rich` logging handler right-aligns at the end of
+//! a line (`… Error: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB    model_manager.py:47`),
+//! which would otherwise run into the hard-wrapped message's next line.
+//!
 //! The *stream key* (rank, task or pid) separates interleaved output of several processes: a
 //! continuation line is only joined to an event of the same key (or one without a key).
 
@@ -446,7 +450,22 @@ pub fn strip(line: &str) -> (&str, Origin) {
             _ => break,
         }
     }
-    (rest, o)
+    (strip_rich_location(rest), o)
+}
+
+/// `line` without a right-aligned `file.py:N` after two or more spaces (`rich`'s log handler).
+fn strip_rich_location(line: &str) -> &str {
+    let t = line.trim_end();
+    let Some((head, last)) = t.rsplit_once(' ') else {
+        return line;
+    };
+    let location = last.split_once(".py:").is_some_and(|(file, n)| {
+        !file.is_empty()
+            && file.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+    });
+    if location && head.ends_with(' ') && !head.trim_end().is_empty() { head.trim_end() } else { line }
 }
 
 #[cfg(test)]
@@ -464,6 +483,19 @@ mod tests {
         assert_eq!((o.pid, o.gpu, o.key.as_str()), (Some(12345), Some(3), "pid12345"));
         let (m, _) = s("node1:12345:12400 [3] NCCL INFO include/alloc.h:49 -> 1");
         assert_eq!(m, "include/alloc.h:49 -> 1");
+    }
+
+    #[test]
+    fn rich_location_suffix() {
+        assert_eq!(
+            s("00:07:07.960 ERROR cuda:0 Error: CUDA out of memory. (GPU 0; 4.00 GiB    model_manager.py:47")
+                .0,
+            "00:07:07.960 ERROR cuda:0 Error: CUDA out of memory. (GPU 0; 4.00 GiB"
+        );
+        // One space, no line number, or the location alone: kept.
+        for kept in ["see train.py:12", "x  train.py", "   train.py:12", "File train.py:12"] {
+            assert_eq!(s(kept).0, kept);
+        }
     }
 
     #[test]

@@ -270,3 +270,28 @@ fn ipython_header_names_the_failure() {
     assert_eq!(torch.len(), 1);
     assert_eq!(torch[0].framework, "pytorch");
 }
+
+/// The program named by what printed the failure's own words.
+#[test]
+fn framework_by_wording() {
+    for (line, want) in [
+        ("cudaMalloc failed: out of memory", "mxnet"),
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory",
+            "llama.cpp",
+        ),
+        ("allocating 18390.70 MiB on device 0: cudaMalloc failed: out of memory", "llama.cpp"),
+        (
+            "RuntimeError: [metal::malloc] Attempting to allocate 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes.",
+            "mlx",
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant",
+            "jax",
+        ),
+    ] {
+        let events = parse_all([line]);
+        assert_eq!(events.len(), 1, "{line}");
+        assert_eq!(events[0].framework, want, "{line}");
+    }
+}
