@@ -791,6 +791,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "llama.cpp"
         } else if c.contains("cudasuccess(2vs") || c.contains("syncedmem") {
             "caffe"
+        } else if c.contains("cudasuccess.2vs0") || c.contains("context_gpu.cu") {
+            "caffe2"
         } else if c.contains("metal::malloc") {
             "mlx"
         } else if c.contains("onnxruntime") || c.contains("bfcarena") {

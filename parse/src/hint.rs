@@ -17,10 +17,10 @@
 //! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU); ExLlamaV2's `Insufficient VRAM for model and cache` (its auto-split at load) |
 //! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers`; node-llama-cpp: `A context size of N is too large for the available VRAM` |
 //! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
-//! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`) |
+//! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`, old PyTorch's generator states `out of memory at …/THCTensorRandom.cu:25`) |
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
-//! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
+//! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), Caffe2's `[enforce fail at context_gpu.cu:N] error == cudaSuccess. 2 vs 0`, old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
 
 /// The hint of a message whose compact text is `c`, if any.
 pub fn message_hint(c: &str) -> Option<&'static str> {
@@ -49,7 +49,11 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),
         (&["couldnotcreatecudnnhandle"], "context_creation"),
+        // Old PyTorch seeds its random generators on the device when CUDA first starts
+        // (`THCTensorRandom.cu:25`): a few MiB, so an OOM there means others already filled it.
+        (&["outofmemory", "thctensorrandom.cu"], "context_creation"),
         (&["cudasuccess(2vs"], "tensor_storage"),
+        (&["cudasuccess.2vs0"], "tensor_storage"),
         (&["outofmemory", "thcstorage"], "tensor_storage"),
         (&["outofmemory", "thccachingallocator"], "tensor_storage"),
         (&["oomwhenallocatingtensor"], "graph_tensor"),
@@ -89,6 +93,14 @@ mod tests {
             ),
             (
                 "F1109 18:20:40.511134 28312 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+                Some("tensor_storage"),
+            ),
+            (
+                "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCTensorRandom.cu:25",
+                Some("context_creation"),
+            ),
+            (
+                "RuntimeError: [enforce fail at context_gpu.cu:495] error == cudaSuccess. 2 vs 0. Error at: context_gpu.cu:495: out of memory",
                 Some("tensor_storage"),
             ),
             // An issue title that retyped it: `(2 vs 0)`.

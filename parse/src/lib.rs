@@ -681,11 +681,14 @@ impl LogParser {
             self.timed_out.push_back(pid);
         }
         let mut symptom = None;
-        let family = frameworks::detect(&c).or_else(|| bfc_dump(&origin, raw, &c)).or_else(|| {
-            symptom = host::detect(body)
-                .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
-            symptom.as_ref().map(|_| Family::Host)
-        });
+        let family = frameworks::detect(&c)
+            .or_else(|| bfc_dump(&origin, raw, &c))
+            .or_else(|| driver_alloc(&origin, &c))
+            .or_else(|| {
+                symptom = host::detect(body)
+                    .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
+                symptom.as_ref().map(|_| Family::Host)
+            });
         if let Some(family) = family {
             self.start(family, raw, &c, origin, symptom, &mut out);
         } else {
@@ -980,7 +983,10 @@ impl LogParser {
         };
         // An allocation in attention code says more than the generic graph-tensor hint; a
         // start-up check's own words say more than either.
-        let mut hint = hint::message_hint(&p.compact);
+        let mut hint = hint::message_hint(&p.compact).or_else(|| {
+            // The driver wrapper's refusal cut before its `from device: CUDA_ERROR_OUT_OF_MEMORY`.
+            driver_alloc(&p.origin, &p.compact).map(|_| "device_preallocation")
+        });
         let op = op::attention_clue(&lines)
             .filter(|_| hint.is_none_or(|h| matches!(h, "graph_tensor" | "tensor_storage")));
         if op.is_some() {
@@ -999,6 +1005,16 @@ impl LogParser {
             lines,
         });
     }
+}
+
+/// TensorFlow's CUDA driver wrapper refusing a device allocation, in a paste cut before the error
+/// it names (`E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 7.63`; whole:
+/// `… failed to allocate 7.63G (8193245184 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`). At that
+/// source the words mean the device's memory was refused, whatever followed them.
+fn driver_alloc(origin: &Origin, c: &str) -> Option<Family> {
+    (c.starts_with("failedtoallocate")
+        && origin.src.as_deref().is_some_and(|s| s.ends_with("/cuda_driver.cc")))
+    .then_some(Family::Cuda)
 }
 
 /// The allocator dump TensorFlow's BFC allocator prints only when it ran out of memory, in a paste

@@ -295,3 +295,19 @@ fn framework_by_wording() {
         assert_eq!(events[0].framework, want, "{line}");
     }
 }
+
+/// TensorFlow's driver wrapper at its own source line means a refused device allocation, even when
+/// the paste ends in the middle of it.
+#[test]
+fn tf_driver_allocation_cut() {
+    let events = parse_all([
+        "2019-07-31 12:26:59.036369: E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 7.63",
+    ]);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].framework, events[0].hint), ("tensorflow", Some("device_preallocation")));
+    // The same words from another source are not a GPU failure.
+    assert!(
+        parse_all(["2019-07-31 12:26:59.036369: E tensorflow/core/x.cc:1] failed to allocate 7.63"])
+            .is_empty()
+    );
+}

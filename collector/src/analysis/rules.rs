@@ -30,7 +30,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 12;
+pub const RULES_VERSION: u32 = 13;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -344,6 +344,14 @@ fn at_load(f: &OomFeatures) -> bool {
     matches!(f.phase_effective.as_str(), "load" | "optimizer_init" | "startup")
 }
 
+/// Failed inside the optimizer's step, known from the message's traceback alone. The backward
+/// pass has freed the activations by then; what the step allocates (AdamW's per-parameter
+/// temporaries) scales with the model, so the static state is what does not fit. With a job
+/// shape the static estimate decides instead.
+fn step_without_shape(f: &OomFeatures) -> bool {
+    f.phase_effective == "optimizer_step" && f.no_shape() && message_only(f)
+}
+
 /// Only the message: no process samples and no phase reported by the job.
 fn message_only(f: &OomFeatures) -> bool {
     f.own_samples == 0 && f.phase_source != "reported"
@@ -481,7 +489,13 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     if x.others_hold && (x.fits_with_cache || (!x.numbers && f.others_from == "samples")) {
         return Rule::NeighboursTookIt;
     }
-    if at_load(f) {
+    // The runtime's own start-up allocation (a context, a library handle, the generator states)
+    // failed: the GPU was full before the job's tensors. That says more than a load-time phase
+    // from the frames (the first `.cuda()` is where the runtime starts).
+    if hint == "context_creation" && !x.numbers {
+        return Rule::ContextCreation;
+    }
+    if at_load(f) || step_without_shape(f) {
         return Rule::StaticAtLoad;
     }
     if x.weights_hold && (x.too_big_alone || !x.free_covers) {
@@ -730,6 +744,10 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
                 _ => "the GPU's memory outside this allocator, less an assumed context",
             }
         ),
+        Rule::StaticAtLoad if f.phase_effective == "optimizer_step" => format!(
+            "failed during {}, after the backward pass freed the activations: the optimizer's temporaries scale with the model, so the static state does not fit",
+            phase_words(f)
+        ),
         Rule::StaticAtLoad => format!("failed during {}: the static state does not fit", phase_words(f)),
         Rule::SnapshotFragmented => format!(
             "the allocator's free blocks add up to {} but the largest is {}, less than the {} requested: fragmentation (from the job's allocator snapshot)",
@@ -754,9 +772,12 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             f.seq_len.map_or_else(|| "?".to_owned(), |s| s.to_string())
         ),
         Rule::SingleHugeRequest => format!(
-            "one request of {} ({} of the GPU{}): a single huge tensor, as a long input's attention or buffer makes",
+            "one request of {} ({}{}): a single huge tensor, as a long input's attention or buffer makes",
             ob(f.requested_bytes),
-            share(f.requested_bytes.unwrap_or(0), f.capacity_bytes.unwrap_or(0)),
+            match f.capacity_bytes {
+                Some(c) => format!("{} of the GPU", share(f.requested_bytes.unwrap_or(0), c)),
+                None => "the GPU's capacity not known".to_owned(),
+            },
             f.own_swing_bytes.map_or_else(String::new, |s| format!(", more than its whole swing of {}", b(s)))
         ),
         Rule::FragmentedCache => format!(
@@ -798,9 +819,9 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             ob(f.cached_free_bytes)
         ),
         Rule::AllocatorRefused => format!(
-            "{} could not allocate a tensor of {} (the message gives no capacity)",
+            "{} could not allocate {} (the message gives no capacity)",
             f.framework,
-            ob(f.requested_bytes)
+            f.requested_bytes.map_or_else(|| "a tensor, its size not given".to_owned(), |q| format!("a tensor of {}", b(q)))
         ),
         Rule::EngineRuntime => {
             "the local engine ran out after loading, without numbers: its weights and context (sized at load) do not fit beside what else holds the GPU, or one request is too long".to_owned()
@@ -1242,6 +1263,22 @@ mod tests {
         assert_eq!(rule(load), Rule::StaticAtLoad);
         let gen_phase = EventEvidence { phase: "inference".into(), phase_label: "traceback".into(), ..msg() };
         assert_eq!(rule(gen_phase), Rule::InferenceTooBig);
+        // Inside the optimizer's step, from the frames alone: the static state; a reported phase
+        // (the hook, with its job shape) leaves it to the estimate and the numbers.
+        let step = EventEvidence { phase: "optimizer_step".into(), phase_label: "traceback".into(), ..msg() };
+        let a = attribute(&feat(step.clone()));
+        assert_eq!((a.rule, a.scenario), (Rule::StaticAtLoad, Static));
+        assert!(a.evidence[0].contains("optimizer's temporaries"), "{:?}", a.evidence);
+        let reported = EventEvidence { phase_label: "reported".into(), ..step };
+        assert_ne!(rule(reported), Rule::StaticAtLoad);
+        // The runtime's start-up allocation failed: others filled the GPU, even at a load phase.
+        let ctx = EventEvidence {
+            phase: "load".into(),
+            phase_label: "traceback".into(),
+            message_hint: "context_creation".into(),
+            ..EventEvidence::default()
+        };
+        assert_eq!(rule(EventEvidence { kind: "cuda_oom".into(), ..ctx }), Rule::ContextCreation);
         // Messages that say it.
         for (hint, want) in [
             ("kv_cache", Rule::StartupReservation),
