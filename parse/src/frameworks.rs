@@ -219,6 +219,11 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Hip);
     }
+    // C++ code that let PyTorch's exception escape: `terminate called after throwing an instance
+    // of 'c10::OutOfMemoryError'` (older: `'c10::CUDAOutOfMemoryError'`), its `what():` next.
+    if c.contains("throwinganinstanceof'c10::") && c.contains("outofmemoryerror'") {
+        return Some(Family::Torch);
+    }
     // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap: `host.rs`.)
     if c.contains("cudaoutofmemory")
         || c.contains("hipoutofmemory")
@@ -302,6 +307,10 @@ fn cuda_runtime(c: &str) -> bool {
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
         || (c.contains("rmmfailure")
             && (c.contains("maximumpoolsizeexceeded") || c.contains("initialpoolsizeexceedsthemaximumpoolsize")))
+        // RMM's device memory resource refusing (cuDF, cuML, XGBoost): `std::bad_alloc:
+        // out_of_memory: CUDA error at: …/rmm/mr/device/cuda_memory_resource.hpp` — not the host's
+        // `std::bad_alloc`.
+        || (c.contains("bad_alloc") && c.contains("rmm/mr/device"))
         // RELION's GPU code: `ERROR: out of memory in …/acc_backprojector_impl.h at line 38
         // (error-code 2)`.
         || (c.contains("error:outofmemoryin") && c.contains("(error-code2)"))
@@ -816,6 +825,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "tensorflow"
         } else if c.contains("xla") || c.contains("jax") {
             "jax"
+        } else if c.contains("xgboost") {
+            "xgboost"
         } else if c.contains("rmmfailure") || c.contains("/rmm/") {
             "rapids"
         } else if c.contains("turbomind") || c.contains("lmdeploy") {
@@ -1025,6 +1036,10 @@ mod tests {
             ),
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
             ("Out of memory error on GPU", Family::Paddle),
+            (
+                "MemoryError: std::bad_alloc: out_of_memory: CUDA error at: /home/v/miniforge3/envs/rapids/include/rmm/mr/device/cuda_memory_resource.hpp",
+                Family::Cuda,
+            ),
         ] {
             assert_eq!(detect(&compact(line)), Some(fam), "{line}");
         }

@@ -93,6 +93,10 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // 512000000), being killed`, `Exceeded job memory limit`.
     (&["slurmstepd", "oom-kill event"], HostEvidence::Explicit, "slurm"),
     (&["slurmstepd", "oom_kill event"], HostEvidence::Explicit, "slurm"),
+    // The same without its `slurmstepd: error:` head (a paste, an email from the scheduler).
+    (&["detected", "oom-kill event", "stepid="], HostEvidence::Explicit, "slurm"),
+    (&["detected", "oom_kill event", "stepid="], HostEvidence::Explicit, "slurm"),
+    (&["killed by the cgroup out-of-memory handler"], HostEvidence::Explicit, "slurm"),
     (&["srun: error:", "out of memory"], HostEvidence::Explicit, "slurm"),
     (&["slurmstepd", "exceeded job memory limit"], HostEvidence::Explicit, "slurm"),
     (&["slurmstepd", "exceeded step memory limit"], HostEvidence::Explicit, "slurm"),
@@ -441,6 +445,10 @@ mod tests {
             ),
             (
                 "slurmstepd: error: Detected 1 oom_kill event in StepId=3347872.batch.",
+                (Explicit, "slurm", None),
+            ),
+            (
+                "Detected 1 oom-kill event(s) in StepId=125757.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.",
                 (Explicit, "slurm", None),
             ),
             ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", (Explicit, "lsf", None)),

@@ -575,6 +575,16 @@ impl Pending {
         }
     }
 
+    /// True when this event is only C++'s announcement of an uncaught OOM exception (`terminate
+    /// called after throwing an instance of 'c10::OutOfMemoryError'`) and `family` starts its
+    /// message (`  what():  CUDA out of memory. Tried to allocate …`): one failure.
+    fn announces(&self, family: Family) -> bool {
+        self.family == Family::Torch
+            && family == Family::Torch
+            && self.compact.starts_with("terminatecalledafterthrowinganinstanceof")
+            && !self.compact.contains("what()")
+    }
+
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
         if self.family == Family::Torch {
             // Frames printed after a complete message (debuggers print innermost first), each
@@ -767,12 +777,9 @@ impl LogParser {
         out: &mut Vec<ParsedOom>,
     ) {
         // The same failure printed again by another layer joins the open event.
-        if let Some(p) = self
-            .pending
-            .iter_mut()
-            .rev()
-            .find(|p| p.origin.compatible(&origin) && frameworks::absorbs(p.family, family))
-        {
+        if let Some(p) = self.pending.iter_mut().rev().find(|p| {
+            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family))
+        }) {
             p.families |= family.bit();
             p.push_line(raw, c, &origin);
             p.add_symptom(symptom);

@@ -311,3 +311,20 @@ fn tf_driver_allocation_cut() {
             .is_empty()
     );
 }
+
+/// C++ announces an uncaught exception before its `what()`: one failure, with the numbers.
+#[test]
+fn uncaught_cpp_oom_is_one_event() {
+    let events = parse_all([
+        "terminate called after throwing an instance of 'c10::CUDAOutOfMemoryError'",
+        "  what():  CUDA out of memory. Tried to allocate 12.50 GiB (GPU 0; 39.59 GiB total capacity; 27.41 GiB already allocated; 9.90 GiB free; 27.46 GiB reserved in total by PyTorch)",
+        "Exception raised from malloc at ../c10/cuda/CUDACachingAllocator.cpp:536 (most recent call first):",
+    ]);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].line, events[0].fields.requested), (1, Some(25 * GIB / 2)));
+    // The announcement alone is still the failure.
+    assert_eq!(
+        parse_all(["terminate called after throwing an instance of 'c10::OutOfMemoryError'"]).len(),
+        1
+    );
+}

@@ -30,7 +30,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 13;
+pub const RULES_VERSION: u32 = 14;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -556,10 +556,11 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     {
         return Rule::NeighbourGrowth;
     }
-    // A local engine sizes its weights and context (KV cache, compute buffers) at load; an OOM
-    // after that, without numbers, is that reservation, a neighbour, or one long request. Its
+    // A local engine sizes its weights and context (KV cache, compute buffers) at load — llama.cpp,
+    // and LMDeploy's TurboMind (its KV cache a share of the memory left after the weights); an
+    // OOM after that, without numbers, is that reservation, a neighbour, or one long request. Its
     // phase is always inference and says nothing more.
-    if f.framework == "llama.cpp" && f.no_allocator() {
+    if matches!(f.framework.as_str(), "llama.cpp" | "lmdeploy") && f.no_allocator() {
         return Rule::EngineRuntime;
     }
     if !f.phase_effective.is_empty() && f.phase_effective != "steady" {
@@ -1319,9 +1320,11 @@ mod tests {
         assert_eq!(attribute(&feat(mxnet)).rule, Rule::AllocatorRefused);
         // A local engine after loading, without numbers: its reservation first; its phase
         // (always inference) does not make it the sequence.
-        let engine = EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare };
+        let engine = EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare.clone() };
         let a = attribute(&feat(engine));
         assert_eq!((a.rule, a.scenario), (Rule::EngineRuntime, Static));
+        let turbomind = EventEvidence { framework: "lmdeploy".into(), ..bare };
+        assert_eq!(attribute(&feat(turbomind)).rule, Rule::EngineRuntime);
         assert!(a.alternatives.iter().any(|x| x.scenario == Contention), "{:?}", a.alternatives);
     }
 
