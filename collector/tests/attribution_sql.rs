@@ -39,7 +39,7 @@ async fn features_decode_and_each_case_fires_its_rule() {
         (6, Rule::FragmentedCache, 75),
         (7, Rule::HostOomKill, 95),
         (8, Rule::XidError, 30),
-        (9, Rule::SingleHugeRequest, 75),
+        (9, Rule::SingleHugeRequest, 65),
         (10, Rule::StaticAtLoad, 85),
         (11, Rule::NeighboursTookIt, 80),
         (12, Rule::NoEvidence, 20),

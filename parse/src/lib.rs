@@ -27,7 +27,13 @@
 //! BFC allocator dump, NCCL's `-> 1` chain) and a second print of the same failure by another layer
 //! make one event, whose `line` is the first line (the `Traceback` line when there is one).
 //! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
-//! skipped, not swallowed.
+//! skipped, not swallowed. C++'s `terminate called after throwing an instance of
+//! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure.
+//!
+//! **A traceback that names the failure.** IPython heads its traceback with the exception's name
+//! (`ResourceExhaustedError      Traceback (most recent call last)`); when that name is an
+//! out-of-memory error and the paste ends before the message (or other output follows the frames),
+//! the traceback alone is reported as a number-less event of that framework.
 //!
 //! **Bounded.** At most [`text::MAX_LINE_BYTES`] of a line are looked at; at most
 //! [`MAX_PENDING`] events are open, each holding at most [`MAX_EVENT_LINES`] lines /
@@ -1042,8 +1048,12 @@ fn bfc_dump(origin: &Origin, raw: &str, c: &str) -> Option<Family> {
 /// own and the failing process appears as one more `Process P has X`. Then it is the listed
 /// process that holds at least the allocator's reserved (else allocated) bytes — its allocator's
 /// memory is part of its GPU memory — with the least memory above them; with no allocator numbers
-/// (a cut message) a lone listed process is the failing one. Returns its index in `listed` and
-/// whether it is certain (no other listed process qualifies).
+/// (a cut message) a lone listed process is the failing one. An allocator that holds nothing
+/// (`0 bytes is allocated by PyTorch`: the process's first tensor failed) makes "at least the
+/// reserved bytes" say nothing: then only a process holding no more than a context and its
+/// libraries' workspaces ([`OWN_WITHOUT_TENSORS`]) can be the failing one, and a process holding
+/// the GPU is another. Returns its index in `listed` and whether it is certain (no other listed
+/// process qualifies).
 pub fn own_process_index(
     listed: &[OtherProcess],
     reserved: Option<u64>,
@@ -1052,10 +1062,16 @@ pub fn own_process_index(
     let Some(floor) = reserved.or(allocated) else {
         return (listed.len() == 1).then_some((0, true));
     };
-    let holding = || listed.iter().enumerate().filter(|(_, o)| o.used_bytes >= floor);
+    let ceiling = if floor == 0 { OWN_WITHOUT_TENSORS } else { u64::MAX };
+    let holding =
+        || listed.iter().enumerate().filter(|(_, o)| o.used_bytes >= floor && o.used_bytes <= ceiling);
     let count = holding().count();
     holding().min_by_key(|(_, o)| o.used_bytes).map(|(i, _)| (i, count == 1))
 }
+
+/// The most GPU memory a process whose caching allocator holds nothing is taken to have: a CUDA
+/// context (hundreds of MiB) and its libraries' workspaces (cuBLAS, cuDNN, NCCL).
+pub const OWN_WITHOUT_TENSORS: u64 = 2 << 30;
 
 /// Moves the failing process out of the listed ones ([`own_process_index`]): its memory becomes
 /// `process_used`, its pid the event's when certain.

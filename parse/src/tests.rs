@@ -328,3 +328,19 @@ fn uncaught_cpp_oom_is_one_event() {
         1
     );
 }
+
+/// Which listed process failed: the one holding at least its allocator's memory, with the least
+/// above it; with an allocator that holds nothing, none that holds the GPU.
+#[test]
+fn own_process_among_the_listed() {
+    let listed =
+        [OtherProcess { pid: 1, used_bytes: 30 * GIB }, OtherProcess { pid: 2, used_bytes: 12 * GIB }];
+    assert_eq!(own_process_index(&listed, Some(10 * GIB), Some(9 * GIB)), Some((1, false)));
+    assert_eq!(own_process_index(&listed, Some(20 * GIB), None), Some((0, true)));
+    let full = [OtherProcess { pid: 885_415, used_bytes: 22 * GIB }];
+    assert_eq!(own_process_index(&full, Some(0), Some(0)), None);
+    let fresh =
+        [OtherProcess { pid: 7, used_bytes: 22 * GIB }, OtherProcess { pid: 8, used_bytes: 500 * MIB }];
+    assert_eq!(own_process_index(&fresh, Some(0), Some(0)), Some((1, true)));
+    assert_eq!(own_process_index(&full, None, None), Some((0, true)));
+}

@@ -30,7 +30,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 14;
+pub const RULES_VERSION: u32 = 15;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -289,7 +289,9 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SnapshotActivations if attention_sites(f) => &[(Sequence, 65), (Batch, 30), (Static, 5)],
         Rule::SnapshotActivations => &[(Batch, 70), (Sequence, 25), (Static, 5)],
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
-        Rule::SingleHugeRequest => &[(Sequence, 75), (Batch, 15), (Static, 10)],
+        // With samples the request is also beyond the process's whole swing: new, not a step's.
+        Rule::SingleHugeRequest if !message_only(f) => &[(Sequence, 75), (Batch, 15), (Static, 10)],
+        Rule::SingleHugeRequest => &[(Sequence, 65), (Batch, 20), (Static, 10), (Fragmentation, 5)],
         // Message only, a large cached share is as often a batch or a length that varies step to
         // step (the threads cut those); with the samples, the cases it was built for.
         Rule::FragmentedCache if !message_only(f) => &[(Fragmentation, 75), (Batch, 20), (Sequence, 5)],
@@ -318,12 +320,12 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::BatchActivations => &[(Sequence, 45), (Static, 30), (Batch, 20), (Fragmentation, 5)],
         Rule::ContextCreation => &[(Contention, 65), (Batch, 20), (Static, 15)],
         Rule::AllocatorRefused => {
-            &[(Batch, 55), (Contention, 15), (Static, 15), (Sequence, 10), (Fragmentation, 5)]
+            &[(Batch, 50), (Contention, 20), (Static, 15), (Sequence, 10), (Fragmentation, 5)]
         }
         Rule::EngineRuntime => &[(Static, 60), (Contention, 30), (Sequence, 10)],
         Rule::DevicePreallocation => &[(Contention, 65), (Static, 20), (Batch, 15)],
         Rule::OutsideAllocator => {
-            &[(Contention, 50), (Batch, 20), (Sequence, 20), (Static, 5), (Fragmentation, 5)]
+            &[(Contention, 45), (Batch, 20), (Sequence, 15), (Static, 15), (Fragmentation, 5)]
         }
         Rule::PhaseOnly => match f.phase_effective.as_str() {
             "load" | "optimizer_init" | "startup" => &[(Static, 70), (Contention, 20), (Batch, 10)],
@@ -1320,7 +1322,8 @@ mod tests {
         assert_eq!(attribute(&feat(mxnet)).rule, Rule::AllocatorRefused);
         // A local engine after loading, without numbers: its reservation first; its phase
         // (always inference) does not make it the sequence.
-        let engine = EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare.clone() };
+        let engine =
+            EventEvidence { framework: "llama.cpp".into(), phase: "inference".into(), ..bare.clone() };
         let a = attribute(&feat(engine));
         assert_eq!((a.rule, a.scenario), (Rule::EngineRuntime, Static));
         let turbomind = EventEvidence { framework: "lmdeploy".into(), ..bare };
