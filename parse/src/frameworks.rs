@@ -3,14 +3,14 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError` | `pytorch` |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
-//! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory` | `hip` |
+//! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory`, MIOpen's `Memory not available to allocate buffer: N` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
 //! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory`; node-llama-cpp's `A context size of N is too large for the available VRAM` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
@@ -215,9 +215,19 @@ pub fn detect(c: &str) -> Option<Family> {
     }
     if c.contains("hiperror:outofmemory")
         || c.contains("hiperroroutofmemory")
+        // MIOpen (ROCm's cuDNN) could not allocate its workspace: `MIOpen Error: …/handlehip.cpp:68:
+        // Memory not available to allocate buffer: 528515072`.
+        || c.contains("memorynotavailabletoallocatebuffer")
         || (c.contains("fromdevice:") && c.contains("hiperror_t(1002)"))
     {
         return Some(Family::Hip);
+    }
+    // PyTorch's caching allocator failed a request and then could not ask NVML for the GPU's
+    // processes to print them (Jetson, WSL and other NVML-less platforms): `NVML_SUCCESS == r
+    // INTERNAL ASSERT FAILED at ".../c10/cuda/CUDACachingAllocator.cpp":841` — its OOM message
+    // path, with no numbers.
+    if c.contains("nvml_success==rinternalassertfailed") && c.contains("cudacachingallocator") {
+        return Some(Family::Torch);
     }
     // C++ code that let PyTorch's exception escape: `terminate called after throwing an instance
     // of 'c10::OutOfMemoryError'` (older: `'c10::CUDAOutOfMemoryError'`), its `what():` next.
@@ -485,6 +495,8 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
 
 /// Words the requested size follows, in runtimes that print nothing else:
 const REQUEST_BEFORE: &[&str] = &[
+    // MIOpen: `Memory not available to allocate buffer: 528515072`.
+    "memorynotavailabletoallocatebuffer:",
     // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
     "[metal::malloc]attemptingtoallocate",
     // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
@@ -1037,6 +1049,14 @@ mod tests {
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
             ("Out of memory error on GPU", Family::Paddle),
             (
+                "MIOpen Error: /data/repo/MIOpen/src/hip/handlehip.cpp:68: Memory not available to allocate buffer: 528515072",
+                Family::Hip,
+            ),
+            (
+                "RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at \"/opt/pytorch/pytorch/c10/cuda/CUDACachingAllocator.cpp\":841, please report a bug to PyTorch.",
+                Family::Torch,
+            ),
+            (
                 "MemoryError: std::bad_alloc: out_of_memory: CUDA error at: /home/v/miniforge3/envs/rapids/include/rmm/mr/device/cuda_memory_resource.hpp",
                 Family::Cuda,
             ),
@@ -1096,6 +1116,8 @@ mod tests {
         let f =
             fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
         assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("MIOpen Error: handlehip.cpp:68: Memory not available to allocate buffer: 528515072");
+        assert_eq!(f.requested, Some(528_515_072));
         let f = fields("XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant");
         assert_eq!(f.requested, Some(98_697_216));
         let f = fields(
