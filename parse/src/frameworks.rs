@@ -7,7 +7,7 @@
 //! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
-//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]` | `tensorflow` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory`, MIOpen's `Memory not available to allocate buffer: N` | `hip` |
@@ -162,6 +162,12 @@ pub fn detect(c: &str) -> Option<Family> {
     // TensorFlow could not copy an input to the GPU (its allocator refused the destination):
     // `Failed copying input tensor from …/device:CPU:0 to …/device:GPU:0 in order to run
     // _EagerConst: Dst tensor is not initialized.`
+    // TensorFlow / XLA autotuning a convolution whose workspace does not fit: `No algorithm
+    // worked!  Error messages: Profiling failure on CUDNN engine 1: RESOURCE_EXHAUSTED: Allocating
+    // 4718624784 bytes exceeds the memory limit of 4294967296 bytes.`
+    if c.contains("resource_exhausted:allocating") && c.contains("exceedsthememorylimitof") {
+        return Some(Family::TfTensor);
+    }
     if c.contains("ranoutofgpumemorywhenallocating")
         || (c.contains("dsttensorisnotinitialized") && c.contains("device:gpu"))
         || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
@@ -495,6 +501,9 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
 
 /// Words the requested size follows, in runtimes that print nothing else:
 const REQUEST_BEFORE: &[&str] = &[
+    // TensorFlow's autotuner: `RESOURCE_EXHAUSTED: Allocating 4718624784 bytes exceeds the memory
+    // limit of 4294967296 bytes`.
+    "resource_exhausted:allocating",
     // MIOpen: `Memory not available to allocate buffer: 528515072`.
     "memorynotavailabletoallocatebuffer:",
     // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
@@ -1048,6 +1057,10 @@ mod tests {
             ),
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
             ("Out of memory error on GPU", Family::Paddle),
+            (
+                "  Profiling failure on CUDNN engine 1: RESOURCE_EXHAUSTED: Allocating 4718624784 bytes exceeds the memory limit of 4294967296 bytes.",
+                Family::TfTensor,
+            ),
             (
                 "MIOpen Error: /data/repo/MIOpen/src/hip/handlehip.cpp:68: Memory not available to allocate buffer: 528515072",
                 Family::Hip,

@@ -12,7 +12,7 @@
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed`; a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`; `Program terminated with signal SIGKILL` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
-//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly` |
+//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died) |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
@@ -182,6 +182,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("earlyoom")
         || l.contains("</torch_")
         || l.contains("exited unexpectedly")
+        || l.contains("kernelrestarter")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -203,6 +204,12 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if l.contains("dataloader worker (pid") && l.contains("exited unexpectedly") {
         return sym(Exited, "pytorch", number_after(&l, "(pid(s) ").or_else(|| number_after(&l, "(pid ")));
+    }
+    // Jupyter's automatic restarter brings back a kernel that died (a restart the user asked
+    // for logs `Kernel restarted`, not this): `KernelRestarter: restarting kernel (1/5), keep
+    // random ports` — on a notebook host most often the OOM killer, as a worker that exited.
+    if l.contains("kernelrestarter: restarting kernel") {
+        return sym(Exited, "jupyter", None);
     }
     // `ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient
     // shared memory (shm).`
@@ -432,6 +439,10 @@ mod tests {
             ("[1]    14875 killed     python main.py --low_vram", (Sigkill, "shell", Some(14875))),
             ("[1]    2843557 killed", (Sigkill, "shell", Some(2843557))),
             ("RuntimeError: mkl_malloc: failed to allocate memory", (Allocation, "mkl", None)),
+            (
+                "Feb 17, 2019, 12:41:07 PM | INFO | KernelRestarter: restarting kernel (1/5), keep random ports",
+                (Exited, "jupyter", None),
+            ),
             (
                 "F1111 22:11:06.945744  1512 syncedmem.hpp:24] Check failed: *ptr host allocation of size 282240000 failed",
                 (Allocation, "caffe", None),
