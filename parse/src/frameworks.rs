@@ -243,7 +243,9 @@ pub fn detect(c: &str) -> Option<Family> {
     // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap: `host.rs`.)
     if c.contains("cudaoutofmemory")
         || c.contains("hipoutofmemory")
-        || (c.contains("outofmemoryerror:") && !c.contains("java.lang.outofmemoryerror"))
+        || (c.contains("outofmemoryerror:")
+            && !c.contains("java.lang.outofmemoryerror")
+            && !c.contains("rayoutofmemoryerror"))
     {
         return Some(Family::Torch);
     }
@@ -337,6 +339,23 @@ fn cuda_runtime(c: &str) -> bool {
         // The CUDA samples' check macro, as bitsandbytes' C code prints it: `Error out of memory
         // at line 380 in file /src/csrc/pythonInterface.c`.
         || (c.contains("erroroutofmemoryatline") && c.contains("infile"))
+        // DyNet: `CUDA failure in cudaMalloc(&ptr, n)` (then `out of memory` on the next line).
+        || c.contains("cudafailureincudamalloc")
+        // PhysX's GPU allocator (Isaac Gym): `PxgCudaDeviceMemoryAllocator fail to allocate memory
+        // 1073741824 bytes!! Result = 2`.
+        || (c.contains("pxgcudadevicememoryallocator") && c.contains("failtoallocatememory"))
+        // NVIDIA Warp: `RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes`.
+        || c.contains("arrayallocationfailedondevice:cuda")
+        // Vulkan renderers: `VkResult: ERROR_OUT_OF_DEVICE_MEMORY`; ncnn (waifu2x, Upscayl):
+        // `vkAllocateMemory failed -2` (-2 is VK_ERROR_OUT_OF_DEVICE_MEMORY).
+        || c.contains("vkresult:error_out_of_device_memory")
+        || after(c, "vkallocatememoryfailed-2", 0)
+            .is_some_and(|e| !c.get(e..).is_some_and(|r| r.starts_with(|ch: char| ch.is_ascii_digit())))
+        // Theano's CNMeM pool: `Error allocating 52428800 bytes of device memory
+        // (CNMEM_STATUS_OUT_OF_MEMORY).`, `initCnmem: cnmemInit call failed!
+        // Reason=CNMEM_STATUS_OUT_OF_MEMORY` (not its warning that falls back to pinned memory).
+        || (c.contains("cnmem_status_out_of_memory")
+            && (c.contains("bytesofdevicememory") || c.contains("cnmeminitcallfailed")))
         // Apple's MLX on Metal: `[metal::malloc] Attempting to allocate N bytes which is greater
         // than the maximum allowed buffer size of M bytes`, `[metal::malloc] Resource limit (N)
         // exceeded`.
@@ -504,6 +523,10 @@ const REQUEST_BEFORE: &[&str] = &[
     // TensorFlow's autotuner: `RESOURCE_EXHAUSTED: Allocating 4718624784 bytes exceeds the memory
     // limit of 4294967296 bytes`.
     "resource_exhausted:allocating",
+    // PhysX: `PxgCudaDeviceMemoryAllocator fail to allocate memory 1073741824 bytes!!`.
+    "pxgcudadevicememoryallocatorfailtoallocatememory",
+    // Theano: `Error allocating 52428800 bytes of device memory (CNMEM_STATUS_OUT_OF_MEMORY)`.
+    "memoryerror:errorallocating",
     // MIOpen: `Memory not available to allocate buffer: 528515072`.
     "memorynotavailabletoallocatebuffer:",
     // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
@@ -538,6 +561,14 @@ pub fn extract(c: &str, f: &mut Fields) {
         {
             f.requested.get_or_insert(v);
         }
+    }
+    // Warp: `Array allocation failed on device: cuda:0 for 16777216 bytes`.
+    if let Some(p) = after(c, "arrayallocationfailedondevice:cuda", 0)
+        && let Some(q) = after(c, "for", p)
+        && let Some((v, e)) = uint_at(c, q)
+        && c.get(e..).is_some_and(|r| r.starts_with("bytes"))
+    {
+        f.requested.get_or_insert(v);
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -823,6 +854,16 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "caffe"
         } else if c.contains("cudasuccess.2vs0") || c.contains("context_gpu.cu") {
             "caffe2"
+        } else if c.contains("cnmem") {
+            "theano"
+        } else if c.contains("cudafailureincudamalloc") {
+            "dynet"
+        } else if c.contains("pxgcuda") {
+            "physx"
+        } else if c.contains("arrayallocationfailedondevice") {
+            "warp"
+        } else if c.contains("vkallocatememory") || c.contains("vkresult:") {
+            "vulkan"
         } else if c.contains("metal::malloc") {
             "mlx"
         } else if c.contains("onnxruntime") || c.contains("bfcarena") {
@@ -1057,6 +1098,19 @@ mod tests {
             ),
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
             ("Out of memory error on GPU", Family::Paddle),
+            ("CUDA failure in cudaMalloc(&ptr, n)", Family::Cuda),
+            (
+                "[job] PxgCudaDeviceMemoryAllocator fail to allocate memory 1073741824 bytes!! Result = 2",
+                Family::Cuda,
+            ),
+            ("RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes", Family::Cuda),
+            ("[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY", Family::Cuda),
+            ("vkAllocateMemory failed -2", Family::Cuda),
+            (
+                "MemoryError: Error allocating 52428800 bytes of device memory (CNMEM_STATUS_OUT_OF_MEMORY).",
+                Family::Cuda,
+            ),
+            ("initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_OUT_OF_MEMORY", Family::Cuda),
             (
                 "  Profiling failure on CUDNN engine 1: RESOURCE_EXHAUSTED: Allocating 4718624784 bytes exceeds the memory limit of 4294967296 bytes.",
                 Family::TfTensor,
@@ -1081,6 +1135,9 @@ mod tests {
         for warning in [
             "Warning: Ran out of memory when regular decoding, retrying with tiled VAE decoding.",
             "CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory",
+            "vkAllocateMemory failed -1",
+            "vkAllocateMemory failed -22",
+            "(pid=737) ray._private.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node x is used",
             "Out of [DEVICE] memory, host memory will be used instead",
             "not enough VRAM available, falling back to CPU only",
             "Out of GPU memory, retrying with a smaller tile size",
@@ -1129,6 +1186,14 @@ mod tests {
         let f =
             fields("Out of memory allocating 1,073,741,824 bytes (allocated so far: 15,032,385,536 bytes).");
         assert_eq!((f.requested, f.allocated), (Some(1 << 30), Some(15_032_385_536)));
+        let f = fields("RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes");
+        assert_eq!(f.requested, Some(16_777_216));
+        let f = fields("PxgCudaDeviceMemoryAllocator fail to allocate memory 1073741824 bytes!! Result = 2");
+        assert_eq!(f.requested, Some(1 << 30));
+        let f = fields(
+            "MemoryError: Error allocating 52428800 bytes of device memory (CNMEM_STATUS_OUT_OF_MEMORY).",
+        );
+        assert_eq!(f.requested, Some(52_428_800));
         let f = fields("MIOpen Error: handlehip.cpp:68: Memory not available to allocate buffer: 528515072");
         assert_eq!(f.requested, Some(528_515_072));
         let f = fields("XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant");
