@@ -174,7 +174,7 @@ async fn simulated_fleet_is_attributed_with_95_percent_macro_accuracy() {
     let no_shape_matrix = ConfusionMatrix::from_events(&no_shape);
     println!("samples without a job shape:\n{no_shape_matrix}");
     // Without the shape the samples still tell a step's activations (within the swing before)
-    // from one new, larger allocation (a longer sequence): rule 6 against the swing.
+    // from one new, larger allocation (a longer sequence): `single_huge_request` against the swing.
     assert!(no_shape_matrix.macro_accuracy().unwrap() >= 0.95, "{no_shape_matrix}");
 
     // Neighbours: every contention event names at least one neighbour that was present.

@@ -597,17 +597,27 @@ fn dtype_size(name: &str) -> Option<u64> {
     })
 }
 
+/// The dimensions of the tensor TensorFlow could not allocate (`OOM when allocating tensor with
+/// shape[8,486,486,256]`; TensorFlow 1.x: `… tensor of shape [3,3,1024,2048]`) in the compact
+/// text `c`, and where the list ends. `None` when there is no shape or a dimension is not a
+/// number.
+pub fn tf_shape(c: &str) -> Option<(Vec<u64>, usize)> {
+    let p = after(c, "oomwhenallocatingtensorwithshape[", 0)
+        .or_else(|| after(c, "oomwhenallocatingtensorofshape[", 0))?;
+    let end = c.get(p..)?.find(']').map(|i| p + i)?;
+    let dims = c[p..end]
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<u64>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some((dims, end))
+}
+
 fn tf_tensor(c: &str, f: &mut Fields) {
-    let Some(p) = after(c, "oomwhenallocatingtensorwithshape[", 0) else {
+    let Some((dims, end)) = tf_shape(c) else {
         return;
     };
-    let Some(end) = c.get(p..).and_then(|s| s.find(']')).map(|i| p + i) else {
-        return;
-    };
-    let mut elems: Option<u64> = Some(1);
-    for d in c[p..end].split(',').filter(|d| !d.is_empty()) {
-        elems = elems.and_then(|e| d.parse::<u64>().ok().and_then(|d| e.checked_mul(d)));
-    }
+    let elems = dims.iter().try_fold(1u64, |e, &d| e.checked_mul(d));
     if let Some(t) = after(c, "andtype", end) {
         let rest = &c[t..];
         let name_end = rest.find("on/").or_else(|| rest.find("on")).unwrap_or(rest.len());

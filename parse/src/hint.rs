@@ -20,6 +20,9 @@
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`, old PyTorch's generator states `out of memory at …/THCTensorRandom.cu:25`) |
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
+//! | `weight_tensor` | TensorFlow's refused tensor has a convolution kernel's shape (`[kh,kw,in,out]`, `[k,k,k,in,out]`; sides 2–7, channels ≤ 16384): a variable, its gradient or an optimizer slot (`tensor_role`) |
+//! | `batch_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 whose first (batch) dimension is 4 or more |
+//! | `long_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 with a batch of 1 or 2 and a dimension before the last of 4096 or more: one long input (audio frames, tokens) |
 //! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), Caffe2's `[enforce fail at context_gpu.cu:N] error == cudaSuccess. 2 vs 0`, old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
 
 /// The hint of a message whose compact text is `c`, if any.
@@ -62,6 +65,39 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["fromdevice:hiperror_t(1002)"], "device_preallocation"),
     ];
     HINTS.iter().find(|(words, _)| words.iter().all(|w| c.contains(w))).map(|(_, h)| *h)
+}
+
+/// Kernel sides (`kh`, `kw`) a convolution's weight has: 1×1 kernels are left out, a `[1,1,H,W]`
+/// single-channel image has the same shape.
+const KERNEL_SIDES: std::ops::RangeInclusive<u64> = 2..=7;
+/// The most channels a weight's input or output has.
+const MAX_CHANNELS: u64 = 16_384;
+/// A first dimension this large is a batch.
+const MIN_BATCH: u64 = 4;
+/// A dimension before the last this long, with a batch of one or two, is one long input.
+const MIN_LONG: u64 = 4096;
+
+/// What the shape of the tensor TensorFlow could not allocate says it was: `weight_tensor`,
+/// `batch_tensor` or `long_tensor` (see the module table); `None` without a shape or for shapes
+/// that do not tell (rank 1 or 2: an embedding table and a flattened batch's logits look alike).
+pub fn tensor_role(c: &str) -> Option<&'static str> {
+    let (dims, _) = crate::frameworks::tf_shape(c)?;
+    let rank = dims.len();
+    if matches!(rank, 4 | 5) {
+        let (sides, channels) = dims.split_at(rank - 2);
+        if sides.iter().all(|s| KERNEL_SIDES.contains(s) && *s == sides[0])
+            && channels.iter().all(|c| (1..=MAX_CHANNELS).contains(c))
+        {
+            return Some("weight_tensor");
+        }
+    }
+    if rank < 3 {
+        return None;
+    }
+    if dims[0] >= MIN_BATCH {
+        return Some("batch_tensor");
+    }
+    (dims[0] <= 2 && dims[..rank - 1].iter().any(|d| *d >= MIN_LONG)).then_some("long_tensor")
 }
 
 #[cfg(test)]
@@ -116,6 +152,56 @@ mod tests {
             ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB", None),
         ] {
             assert_eq!(message_hint(&compact(text)), want, "{text}");
+        }
+    }
+
+    /// Shapes from real TensorFlow OOMs (the corpus's), each with what its thread found.
+    #[test]
+    fn tensor_roles() {
+        for (shape, want) in [
+            // Convolution kernels: a model too large (faceswap, Intel's extension, DeepFaceLab).
+            ("[3,3,1024,2048]", Some("weight_tensor")),
+            ("[3,3,2560,1280]", Some("weight_tensor")),
+            ("[3,3,3,3,64]", Some("weight_tensor")),
+            // Batches of activations (SSD, DeepLabCut, YOLO, seq2seq logits).
+            ("[16,64,300,300]", Some("batch_tensor")),
+            ("[8,486,486,256]", Some("batch_tensor")),
+            ("[59,128,195370]", Some("batch_tensor")),
+            ("[2048,3,130,130]", Some("batch_tensor")),
+            // One long input: Spleeter's spectrogram of a long song, WaveNet's 100 000 samples.
+            ("[2,22264,2049]", Some("long_tensor")),
+            ("[1,1,100000,512]", Some("long_tensor")),
+            // A long last dimension is a vocabulary as often as a length.
+            ("[2,1023,50257]", None),
+            // Rank 1 and 2 do not tell; a 1×1 kernel is shaped like one grayscale image.
+            ("[1024]", None),
+            ("[3072,768]", None),
+            ("[1,1,1024,1024]", None),
+            ("[3,1024,51,38]", None),
+            ("[]", None),
+        ] {
+            let text = format!(
+                "ResourceExhaustedError: OOM when allocating tensor with shape{shape} and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+            );
+            assert_eq!(tensor_role(&compact(&text)), want, "{text}");
+        }
+        // TensorFlow 1.x's wording.
+        let old = "ResourceExhaustedError: OOM when allocating tensor of shape [3,3,512,2048] and type float";
+        assert_eq!(tensor_role(&compact(old)), Some("weight_tensor"));
+        assert_eq!(tensor_role(&compact("OOM when allocating tensor with shape[8,a,3]")), None);
+    }
+
+    proptest::proptest! {
+        /// Any shape: no panic, and both wordings read the same.
+        #[test]
+        fn any_shape_reads_the_same_in_both_wordings(dims in proptest::collection::vec(0u64..u64::MAX, 0..8)) {
+            let list = dims.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+            let new = compact(&format!("OOM when allocating tensor with shape[{list}] and type float"));
+            let old = compact(&format!("OOM when allocating tensor of shape [{list}] and type float"));
+            proptest::prop_assert_eq!(tensor_role(&new), tensor_role(&old));
+            if let Some(role) = tensor_role(&new) {
+                proptest::prop_assert!(dims.len() >= 3, "{role} from rank {}", dims.len());
+            }
         }
     }
 }

@@ -1000,8 +1000,18 @@ impl LogParser {
             // The driver wrapper's refusal cut before its `from device: CUDA_ERROR_OUT_OF_MEMORY`.
             driver_alloc(&p.origin, &p.compact).map(|_| "device_preallocation")
         });
-        let op = op::attention_clue(&lines)
-            .filter(|_| hint.is_none_or(|h| matches!(h, "graph_tensor" | "tensor_storage")));
+        // The refused tensor's shape says more than "a graph tensor".
+        if hint == Some("graph_tensor") {
+            hint = hint::tensor_role(&p.compact).or(hint);
+        }
+        let op = op::attention_clue(&lines).filter(|_| {
+            hint.is_none_or(|h| {
+                matches!(
+                    h,
+                    "graph_tensor" | "tensor_storage" | "weight_tensor" | "batch_tensor" | "long_tensor"
+                )
+            })
+        });
         if op.is_some() {
             hint = Some(ATTENTION_HINT);
         }

@@ -312,6 +312,38 @@ fn tf_driver_allocation_cut() {
     );
 }
 
+/// The refused tensor's shape refines TensorFlow's graph-tensor hint; attention code named by
+/// the graph node still says more (Spleeter's and tensor2tensor's messages, shortened).
+#[test]
+fn tf_tensor_shape_refines_the_hint() {
+    let spleeter = [
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.",
+        "  (0) Resource exhausted: OOM when allocating tensor with shape[2,22264,2049] and type complex64 on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        "         [[{{node stft/rfft}}]]",
+    ];
+    let events = parse_all(spleeter);
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].hint, events[0].fields.requested),
+        (Some("long_tensor"), Some(2 * 22264 * 2049 * 8))
+    );
+    let kernel = parse_all([
+        "ResourceExhaustedError: OOM when allocating tensor of shape [3,3,1024,2048] and type float",
+    ]);
+    assert_eq!(
+        (kernel[0].hint, kernel[0].fields.requested),
+        (Some("weight_tensor"), Some(3 * 3 * 1024 * 2048 * 4))
+    );
+    let attention = parse_all([
+        "ResourceExhaustedError: OOM when allocating tensor with shape[16,12,512,512] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        "\t [[Node: bert/encoder/layer_3/attention/self/Softmax = Softmax[T=DT_FLOAT]()]]",
+    ]);
+    assert_eq!(attention[0].hint, Some(ATTENTION_HINT));
+    let flat =
+        parse_all(["ResourceExhaustedError: OOM when allocating tensor with shape[3072,768] and type float"]);
+    assert_eq!(flat[0].hint, Some("graph_tensor"));
+}
+
 /// C++ announces an uncaught exception before its `what()`: one failure, with the numbers.
 #[test]
 fn uncaught_cpp_oom_is_one_event() {
