@@ -152,6 +152,11 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("oomwhenallocatingtensor") {
         return Some(Family::TfTensor);
     }
+    // The same with its first letters lost in a paste (`OM when allocating tensor with shape[…]
+    // … by allocator GPU_0_bfc`): the shape and the allocator's name are TensorFlow's OOM alone.
+    if c.contains("byallocator") && tf_shape(c).is_some() {
+        return Some(Family::TfTensor);
+    }
     // The same error cut to its head (an issue title, a one-line summary): `ResourceExhaustedError: OOM`.
     if c.contains("resourceexhaustederror:oom") {
         return Some(Family::TfTensor);
@@ -598,12 +603,25 @@ fn dtype_size(name: &str) -> Option<u64> {
 }
 
 /// The dimensions of the tensor TensorFlow could not allocate (`OOM when allocating tensor with
-/// shape[8,486,486,256]`; TensorFlow 1.x: `… tensor of shape [3,3,1024,2048]`) in the compact
+/// shape[8,486,486,256]`; TensorFlow 1.x: `… tensor of shape [3,3,1024,2048]`; TensorFlow 0.x
+/// printed the shape's proto: `… with shapedim { size: 10000 } dim { size: 18 }`) in the compact
 /// text `c`, and where the list ends. `None` when there is no shape or a dimension is not a
-/// number.
+/// number. (`OOM` is not asked for: a paste may have lost its first letters.)
 pub fn tf_shape(c: &str) -> Option<(Vec<u64>, usize)> {
-    let p = after(c, "oomwhenallocatingtensorwithshape[", 0)
-        .or_else(|| after(c, "oomwhenallocatingtensorofshape[", 0))?;
+    if let Some(mut p) = after(c, "whenallocatingtensorwithshapedim{", 0) {
+        let mut dims = Vec::new();
+        loop {
+            let (d, e) = c.get(p..).filter(|r| r.starts_with("size:")).and_then(|_| uint_at(c, p + 5))?;
+            dims.push(d);
+            p = e.checked_add(1).filter(|_| c.get(e..).is_some_and(|r| r.starts_with('}')))?;
+            match c.get(p..) {
+                Some(r) if r.starts_with("dim{") => p += 4,
+                _ => return Some((dims, p)),
+            }
+        }
+    }
+    let p = after(c, "whenallocatingtensorwithshape[", 0)
+        .or_else(|| after(c, "whenallocatingtensorofshape[", 0))?;
     let end = c.get(p..)?.find(']').map(|i| p + i)?;
     let dims = c[p..end]
         .split(',')

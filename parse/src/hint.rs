@@ -189,6 +189,15 @@ mod tests {
         let old = "ResourceExhaustedError: OOM when allocating tensor of shape [3,3,512,2048] and type float";
         assert_eq!(tensor_role(&compact(old)), Some("weight_tensor"));
         assert_eq!(tensor_role(&compact("OOM when allocating tensor with shape[8,a,3]")), None);
+        // TensorFlow 0.x: the shape's proto.
+        let proto = "OOM when allocating tensor with shapedim { size: 73257 } dim { size: 32 } dim { size: 32 } dim { size: 32 }";
+        assert_eq!(tensor_role(&compact(proto)), Some("batch_tensor"));
+        for broken in [
+            "OOM when allocating tensor with shapedim { size: 5",
+            "OOM when allocating tensor with shapedim { size: x }",
+        ] {
+            assert_eq!(tensor_role(&compact(broken)), None, "{broken}");
+        }
     }
 
     proptest::proptest! {

@@ -1001,7 +1001,7 @@ impl LogParser {
             driver_alloc(&p.origin, &p.compact).map(|_| "device_preallocation")
         });
         // The refused tensor's shape says more than "a graph tensor".
-        if hint == Some("graph_tensor") {
+        if hint.is_none_or(|h| h == "graph_tensor") {
             hint = hint::tensor_role(&p.compact).or(hint);
         }
         let op = op::attention_clue(&lines).filter(|_| {
