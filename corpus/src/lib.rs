@@ -116,6 +116,11 @@ pub fn load_from(dir: &Path) -> Result<Vec<Record>, CorpusError> {
         if r.text.trim().is_empty() {
             return Err(bad("empty message".into()));
         }
+        // As a log holds it: a job's last line ends in a newline, and a follower reads only
+        // complete lines (`explain_pipeline` replays every message through one).
+        if !r.text.ends_with('\n') {
+            return Err(bad("the message file must end with a newline".into()));
+        }
         out.push(r);
     }
     Ok(out)
@@ -161,7 +166,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("oomlens-corpus-order-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("messages")).expect("dir");
         let record = |id: &str| {
-            std::fs::write(dir.join("messages").join(format!("{id}.log")), "CUDA out of memory.")
+            std::fs::write(dir.join("messages").join(format!("{id}.log")), "CUDA out of memory.\n")
                 .expect("write");
             format!(
                 "[[record]]\nid = \"{id}\"\nsource = \"o/r#1\"\nurl = \"u\"\nframework = \"pytorch\"\nexpect = \"cuda_oom\"\nbasis = \"b\"\n\n"
@@ -176,6 +181,15 @@ mod tests {
         let err = check(&["b-2", "a-1"]).unwrap_err();
         assert!(err.contains("a-1") && err.contains("out of order") && err.contains("\"b-2\""), "{err}");
         assert!(check(&["a-1", "a-1"]).unwrap_err().contains("duplicate id"));
+        // A message cut before its line's end, as a follower would never read it.
+        std::fs::write(dir.join("messages").join("c-3.log"), "Killed").expect("write");
+        std::fs::write(
+            dir.join("index.toml"),
+            "[[record]]\nid = \"c-3\"\nsource = \"o/r#3\"\nurl = \"u\"\nframework = \"kernel\"\nexpect = \"host_oom_kill\"\nbasis = \"b\"\n",
+        )
+        .expect("write");
+        let err = load_from(&dir).unwrap_err().to_string();
+        assert!(err.contains("c-3") && err.contains("newline"), "{err}");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -230,6 +230,9 @@ pub fn detect(c: &str) -> Option<Family> {
         // Memory not available to allocate buffer: 528515072`.
         || c.contains("memorynotavailabletoallocatebuffer")
         || (c.contains("fromdevice:") && c.contains("hiperror_t(1002)"))
+        // TensorFlow's ROCm driver wrapper: `rocm_driver.cc:600] failed to allocate 3.08G
+        // (3304535552 bytes) from device: HIP_ERROR_OutOfMemory`.
+        || c.contains("fromdevice:hip_error_outofmemory")
     {
         return Some(Family::Hip);
     }
@@ -266,6 +269,12 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Serving);
     }
     if c.contains("notenoughmemory.pleasetrytoincrease--mem-fraction-static") {
+        return Some(Family::Serving);
+    }
+    // SGLang's KV-cache pool had no slots left for the running batch (raised after evicting
+    // what it could): `RuntimeError: Decode out of memory. Try to lower your batch size.` (also
+    // `Prefill …`). Its log line `Decode out of memory happened` is a retraction, not a failure.
+    if kv_pool_exhausted(c) {
         return Some(Family::Serving);
     }
     // Accelerate's `device_map="auto"` placed part of a quantized model off the GPU, which
@@ -334,6 +343,9 @@ fn cuda_runtime(c: &str) -> bool {
         // out_of_memory: CUDA error at: …/rmm/mr/device/cuda_memory_resource.hpp` — not the host's
         // `std::bad_alloc`.
         || (c.contains("bad_alloc") && c.contains("rmm/mr/device"))
+        // XGBoost's device allocator (`dh::detail`): `device_helpers.cuh:428: Memory allocation
+        // error on worker 1: …` with `- Free memory:` / `- Requested memory:` lines after it.
+        || (c.contains("device_helpers.cuh") && c.contains("memoryallocationerroron"))
         // RELION's GPU code: `ERROR: out of memory in …/acc_backprojector_impl.h at line 38
         // (error-code 2)`.
         || (c.contains("error:outofmemoryin") && c.contains("(error-code2)"))
@@ -450,6 +462,14 @@ const CUDA_TRAILERS: &[&str] = &[
     "ggml_assert",
     "hipkernelerrorsmightbe",
     "compilewith`torch_use_hip_dsa`",
+    // TensorRT's builder after a refused workspace: its warnings, and the tactic it skipped
+    // (also behind its logger's `[date-time] [TRT] [W]`, `continues`).
+    "requestedamountofgpumemory(",
+    "skippingtactic",
+    "trydecreasingtheworkspacesize",
+    // XGBoost's allocator: the device's free memory and the request.
+    "-freememory:",
+    "-requestedmemory:",
 ];
 
 /// The rest of tt-metal's message when a paste wraps it.
@@ -475,6 +495,8 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
         Family::Torch => false,
         Family::Cuda | Family::Cublas | Family::Cudnn | Family::Hip | Family::Ggml => {
             CUDA_TRAILERS.iter().any(|t| c.starts_with(t))
+                || (c.contains("[trt][w]")
+                    && (c.contains("skippingtactic") || c.contains("requestedamountofgpumemory(")))
                 || (family == Family::Cuda && TT_TRAILERS.iter().any(|t| c.starts_with(t)))
                 || (family == Family::Ggml
                     && (c.starts_with("ggml_")
@@ -549,6 +571,18 @@ const REQUEST_BEFORE: &[&str] = &[
     "ranoutofgpumemorywhenallocating",
 ];
 
+/// TensorRT's builder skipped a tactic for want of memory: its `Error Code 2: OutOfMemory` before
+/// that line was recovered from.
+pub fn tactic_skipped(c: &str) -> bool {
+    c.contains("skippingtactic") && c.contains("duetoinsufficientmemory")
+}
+
+/// SGLang's KV pool refusing the running batch (see `detect`).
+pub fn kv_pool_exhausted(c: &str) -> bool {
+    c.contains("decodeoutofmemory.trytoloweryourbatchsize")
+        || c.contains("prefilloutofmemory.trytoloweryourbatchsize")
+}
+
 /// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.
 pub fn extract(c: &str, f: &mut Fields) {
     tf_tensor(c, f);
@@ -565,6 +599,14 @@ pub fn extract(c: &str, f: &mut Fields) {
             && let Some((v, _)) = size_at(c, p, false).or_else(|| uint_at(c, p))
         {
             f.requested.get_or_insert(v);
+        }
+    }
+    // XGBoost's allocator lists the device's free memory and the request on lines of their own.
+    for (key, slot) in [("-freememory:", &mut f.free), ("-requestedmemory:", &mut f.requested)] {
+        if let Some(p) = after(c, key, 0)
+            && let Some((v, _)) = uint_at(c, p)
+        {
+            slot.get_or_insert(v);
         }
     }
     // Warp: `Array allocation failed on device: cuda:0 for 16777216 bytes`.
@@ -940,7 +982,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
     } else if has(Family::Vllm) {
         "vllm"
     } else if has(Family::Serving) {
-        if c.contains("mem-fraction-static") { "sglang" } else { "tgi" }
+        if c.contains("mem-fraction-static") || kv_pool_exhausted(c) { "sglang" } else { "tgi" }
     } else if has(Family::Paddle) {
         "paddle"
     } else if has(Family::Accelerate) {

@@ -12,6 +12,7 @@
 //! | `sampler_warmup` | vLLM: `CUDA out of memory occurred when warming up sampler with N dummy requests` |
 //! | `max_num_seqs` | vLLM: `max_num_seqs (N) exceeds available Mamba cache blocks` |
 //! | `prefill_tokens` | TGI: `Not enough memory to handle N prefill tokens` |
+//! | `kv_pool` | SGLang: `Decode out of memory. Try to lower your batch size.` (also `Prefill …`): its KV-cache pool had no slots left for the running batch |
 //! | `mem_fraction_static` | SGLang: `Not enough memory. Please try to increase --mem-fraction-static` |
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
 //! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU); ExLlamaV2's `Insufficient VRAM for model and cache` (its auto-split at load) |
@@ -37,6 +38,8 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["whenwarmingupsampler"], "sampler_warmup"),
         (&["exceedsavailablemambacacheblocks"], "max_num_seqs"),
         (&["notenoughmemorytohandle", "prefilltokens"], "prefill_tokens"),
+        (&["decodeoutofmemory.trytoloweryourbatchsize"], "kv_pool"),
+        (&["prefilloutofmemory.trytoloweryourbatchsize"], "kv_pool"),
         (&["--mem-fraction-static"], "mem_fraction_static"),
         (&["capturecudagraphfailed"], "graph_capture"),
         (&["errorloadingmodel"], "model_load"),
@@ -63,6 +66,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["ranoutofmemorytryingtoallocate"], "graph_tensor"),
         (&["fromdevice:cuda_error_out_of_memory"], "device_preallocation"),
         (&["fromdevice:hiperror_t(1002)"], "device_preallocation"),
+        (&["fromdevice:hip_error_outofmemory"], "device_preallocation"),
     ];
     HINTS.iter().find(|(words, _)| words.iter().all(|w| c.contains(w))).map(|(_, h)| *h)
 }
@@ -150,6 +154,9 @@ mod tests {
                 None,
             ),
             ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB", None),
+            ("RuntimeError: Decode out of memory. Try to lower your batch size.", Some("kv_pool")),
+            // SGLang's log line when it retracts requests to make room: not a failure.
+            ("Decode out of memory happened. #retracted_reqs: 3, #new_token_ratio: 0.3 -> 0.5", None),
         ] {
             assert_eq!(message_hint(&compact(text)), want, "{text}");
         }

@@ -783,8 +783,13 @@ impl LogParser {
         out: &mut Vec<ParsedOom>,
     ) {
         // The same failure printed again by another layer joins the open event.
+        // So does a runtime error line printed again word for word (TensorRT's builder logs
+        // each refused workspace of a tactic).
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
-            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family))
+            p.origin.compatible(&origin)
+                && (frameworks::absorbs(p.family, family)
+                    || p.announces(family)
+                    || (family == Family::Cuda && p.family == family && p.signature == c))
         }) {
             p.families |= family.bit();
             p.push_line(raw, c, &origin);
@@ -928,6 +933,11 @@ impl LogParser {
 
     fn close(&mut self, p: Pending, out: &mut Vec<ParsedOom>) {
         self.work += p.compact.len() * 2;
+        // TensorRT's builder could not get a tactic's workspace and went on without that tactic
+        // (`Skipping tactic 8 due to insufficient memory …`): the build continues, no failure.
+        if frameworks::tactic_skipped(&p.compact) {
+            return;
+        }
         // The numbers read from the message's lines joined (hard-wrapped numbers and words) and
         // from each line alone (`push_line`). PyTorch's message is read joined only. For the
         // other families each line's own reading wins: joined lines run into each other without
@@ -946,6 +956,9 @@ impl LogParser {
         resolve_own_process(&mut fields);
         let numbered = fields.requested.is_some() || fields.capacity.is_some() || fields.allocated.is_some();
         let (kind, framework, host_evidence) = match &p.host {
+            Some(_) if p.family == Family::Host && tinygrad_device(&p.raw.lines) => {
+                (OomKind::CudaOom, "tinygrad", None)
+            }
             Some(h) if p.family == Family::Host => (OomKind::HostOomKill, h.framework, Some(h.evidence)),
             // TensorFlow's allocation on the host (`… on /job:…/device:CPU:0 by allocator cpu`).
             _ if p.family == Family::TfTensor && p.compact.contains("byallocatorcpu") => {
@@ -1028,6 +1041,20 @@ impl LogParser {
             lines,
         });
     }
+}
+
+/// tinygrad's GPU runtimes raise Python's own `MemoryError` (`Cannot allocate N bytes: no memory
+/// is available.`) when the device refuses an allocation: a traceback whose innermost frame is
+/// one of them (`tinygrad/runtime/ops_amd.py`, `ops_nv.py`, …) is the device's memory, not the
+/// host's. Its CPU back-ends (`ops_cpu.py`, `ops_clang.py`, …) are the host's.
+fn tinygrad_device(lines: &[String]) -> bool {
+    const GPU_RUNTIMES: [&str; 8] = ["amd", "nv", "cuda", "hip", "metal", "gpu", "qcom", "webgpu"];
+    lines.iter().rev().find(|l| l.trim_start().starts_with("File \"")).is_some_and(|l| {
+        l.split("tinygrad/runtime/ops_")
+            .nth(1)
+            .and_then(|rest| rest.split(".py").next())
+            .is_some_and(|m| GPU_RUNTIMES.contains(&m))
+    })
 }
 
 /// TensorFlow's CUDA driver wrapper refusing a device allocation, in a paste cut before the error

@@ -305,6 +305,15 @@ fn tf_driver_allocation_cut() {
     ]);
     assert_eq!(events.len(), 1);
     assert_eq!((events[0].framework, events[0].hint), ("tensorflow", Some("device_preallocation")));
+    // Its ROCm twin, whole.
+    let rocm = parse_all([
+        "2020-03-11 17:17:25.172727: E tensorflow/stream_executor/rocm/rocm_driver.cc:600] failed to allocate 3.08G (3304535552 bytes) from device: HIP_ERROR_OutOfMemory",
+    ]);
+    assert_eq!(rocm.len(), 1);
+    assert_eq!(
+        (rocm[0].framework, rocm[0].hint, rocm[0].fields.requested),
+        ("tensorflow", Some("device_preallocation"), Some(3304535552))
+    );
     // The same words from another source are not a GPU failure.
     assert!(
         parse_all(["2019-07-31 12:26:59.036369: E tensorflow/core/x.cc:1] failed to allocate 7.63"])
@@ -342,6 +351,66 @@ fn tf_tensor_shape_refines_the_hint() {
     let flat =
         parse_all(["ResourceExhaustedError: OOM when allocating tensor with shape[3072,768] and type float"]);
     assert_eq!(flat[0].hint, Some("graph_tensor"));
+}
+
+/// tinygrad's device allocators raise Python's `MemoryError`: its GPU runtimes' frames make it
+/// the device's; its CPU back-ends' stay the host's (tinygrad's traceback, shortened).
+#[test]
+fn tinygrad_memory_error_by_its_runtime() {
+    let tb = |module: &str| {
+        [
+            "Traceback (most recent call last):".to_owned(),
+            "  File \"/home/u/tinygrad/tinygrad/device.py\", line 228, in alloc".to_owned(),
+            "    return self._alloc(size, options if options is not None else self.default_buffer_spec)".to_owned(),
+            format!("  File \"/home/u/tinygrad/tinygrad/runtime/ops_{module}.py\", line 584, in alloc"),
+            "    if e.errno == errno.ENOMEM: raise MemoryError(f\"Cannot allocate {size} bytes: no memory is available.\") from e".to_owned(),
+            "MemoryError: Cannot allocate 122341986304 bytes: no memory is available.".to_owned(),
+        ]
+    };
+    let gpu = parse_all(tb("amd").iter().map(String::as_str));
+    assert_eq!(gpu.len(), 1);
+    assert_eq!((gpu[0].kind, gpu[0].framework, gpu[0].host_evidence), (OomKind::CudaOom, "tinygrad", None));
+    let cpu = parse_all(tb("cpu").iter().map(String::as_str));
+    assert_eq!(cpu[0].kind, OomKind::HostOomKill);
+}
+
+/// SGLang's KV pool out of slots for the running batch, with its numbers on the next lines; XGBoost's
+/// device allocator with the free memory and the request on lines of their own.
+#[test]
+fn serving_pool_and_xgboost_allocator() {
+    let sglang = parse_all([
+        "RuntimeError: Decode out of memory. Try to lower your batch size.",
+        "Try to allocate 148 tokens.",
+        "Avaliable tokens: 2048",
+    ]);
+    assert_eq!((sglang.len(), sglang[0].framework, sglang[0].hint), (1, "sglang", Some("kv_pool")));
+    assert!(parse_all(["[2025-03-19 12:00:01] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.7 -> 1.0"]).is_empty());
+    let xgb = parse_all([
+        "ml.dmlc.xgboost4j.java.XGBoostError: [22:22:41] /workspace/src/tree/updater_gpu_hist.cu:712: Exception in gpu_hist: [22:22:41] /workspace/jvm-packages/xgboost4j-gpu/src/native/../../../../src/common/device_helpers.cuh:428: Memory allocation error on ",
+        "- Free memory: 224067584",
+        "- Requested memory: 878511352",
+    ]);
+    assert_eq!(xgb.len(), 1);
+    assert_eq!((xgb[0].kind, xgb[0].framework), (OomKind::CudaOom, "xgboost"));
+    assert_eq!((xgb[0].fields.free, xgb[0].fields.requested), (Some(224067584), Some(878511352)));
+}
+
+/// TensorRT's builder logs a refused tactic workspace at error level and goes on without that
+/// tactic: with its `Skipping tactic … due to insufficient memory` it is no failure; alone, the
+/// refusal is one (VoltaML's and BEVDet's builder logs).
+#[test]
+fn tensorrt_tactic_skipped_is_no_failure() {
+    let e = "[12/09/2022-20:25:24] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)";
+    let skipped = [
+        e,
+        e,
+        "[12/09/2022-20:25:24] [TRT] [W] Requested amount of GPU memory (17179869184 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+        "[12/09/2022-20:25:25] [TRT] [W] Skipping tactic 8 due to insufficient memory on requested size of 17179869184 detected for tactic 0x000000000000003c.",
+        "Try decreasing the workspace size with IBuilderConfig::setMemoryPoolLimit().",
+    ];
+    assert!(parse_all(skipped).is_empty());
+    let alone = parse_all([e, e, "[12/09/2022-20:25:26] [TRT] [I] Loaded engine size: 0 MiB"]);
+    assert_eq!((alone.len(), alone[0].framework), (1, "tensorrt"));
 }
 
 /// C++ announces an uncaught exception before its `what()`: one failure, with the numbers.

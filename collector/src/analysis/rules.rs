@@ -501,7 +501,7 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         }
         "startup_free_memory" => return Rule::StartupFreeMemory,
         "cache_blocks" => return Rule::NoCacheBlocks,
-        "sampler_warmup" | "max_num_seqs" | "prefill_tokens" => return Rule::BatchBudget,
+        "sampler_warmup" | "max_num_seqs" | "prefill_tokens" | "kv_pool" => return Rule::BatchBudget,
         "batch_search_exhausted" => return Rule::BatchSearchExhausted,
         _ => {}
     }
@@ -1337,6 +1337,7 @@ mod tests {
             ("startup_free_memory", Rule::StartupFreeMemory),
             ("cache_blocks", Rule::NoCacheBlocks),
             ("prefill_tokens", Rule::BatchBudget),
+            ("kv_pool", Rule::BatchBudget),
             ("batch_search_exhausted", Rule::BatchSearchExhausted),
         ] {
             let e = EventEvidence {
