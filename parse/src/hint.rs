@@ -22,7 +22,7 @@
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
 //! | `weight_tensor` | TensorFlow's refused tensor has a convolution kernel's shape (`[kh,kw,in,out]`, `[k,k,k,in,out]`; sides 2–7, channels ≤ 16384): a variable, its gradient or an optimizer slot (`tensor_role`) |
-//! | `batch_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 whose first (batch) dimension is 4 or more |
+//! | `batch_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 whose first (batch) dimension is 4 or more (not rank 3 ending in 1–4 channels: one image, `[150,600,3]`) |
 //! | `long_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 with a batch of 1 or 2 and a dimension before the last of 4096 or more: one long input (audio frames, tokens) |
 //! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), Caffe2's `[enforce fail at context_gpu.cu:N] error == cudaSuccess. 2 vs 0`, old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
 
@@ -95,7 +95,9 @@ pub fn tensor_role(c: &str) -> Option<&'static str> {
             return Some("weight_tensor");
         }
     }
-    if rank < 3 {
+    // Rank 1 and 2 do not tell; a rank-3 tensor ending in 1–4 channels is as often one image
+    // (`[150,600,3]`: height, width, RGB) as a batch of point sets.
+    if rank < 3 || (rank == 3 && dims[2] <= 4) {
         return None;
     }
     if dims[0] >= MIN_BATCH {
@@ -184,6 +186,8 @@ mod tests {
             ("[1024]", None),
             ("[3072,768]", None),
             ("[1,1,1024,1024]", None),
+            // One image, height × width × RGB (an OCR model at batch 1).
+            ("[150,600,3]", None),
             ("[3,1024,51,38]", None),
             ("[]", None),
         ] {

@@ -715,6 +715,13 @@ impl LogParser {
                 .rposition(|p| p.origin.compatible(&origin) && p.accepts(body, &c, &origin));
             match taker {
                 Some(i) => self.pending[i].push_line(raw, &c, &origin),
+                // PyTorch's advice on fragmentation, which only its OOM message prints, in a paste
+                // that begins inside it (`llocated memory try setting max_split_size_mb to avoid
+                // fragmentation.`): the message, cut before its numbers. (A line of an open
+                // message is taken above.)
+                None if pytorch::fragmentation_advice(&c) => {
+                    self.start(Family::Torch, raw, &c, origin, None, &mut out);
+                }
                 None => {
                     self.track_traceback(raw, body, origin.clone(), &mut out);
                     let mut i = 0;
@@ -783,13 +790,8 @@ impl LogParser {
         out: &mut Vec<ParsedOom>,
     ) {
         // The same failure printed again by another layer joins the open event.
-        // So does a runtime error line printed again word for word (TensorRT's builder logs
-        // each refused workspace of a tactic).
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
-            p.origin.compatible(&origin)
-                && (frameworks::absorbs(p.family, family)
-                    || p.announces(family)
-                    || (family == Family::Cuda && p.family == family && p.signature == c))
+            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family))
         }) {
             p.families |= family.bit();
             p.push_line(raw, c, &origin);

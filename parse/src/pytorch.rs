@@ -59,6 +59,15 @@ fn known(word: &str) -> bool {
     VOCAB.contains(word)
 }
 
+/// The advice on fragmentation PyTorch's OOM message ends with (compact): 1.x's `If reserved
+/// memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.`, 2.x's
+/// `If reserved but unallocated memory is large try setting
+/// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.`
+pub fn fragmentation_advice(c: &str) -> bool {
+    c.contains("trysettingmax_split_size_mbtoavoidfragmentation")
+        || c.contains("trysettingpytorch_cuda_alloc_conf=expandable_segments:truetoavoidfragmentation")
+}
+
 /// True when `line` (prefixes already stripped) is made only of the message's words: the rest of
 /// a wrapped message or its hint.
 pub fn continues(line: &str) -> bool {

@@ -413,6 +413,22 @@ fn tensorrt_tactic_skipped_is_no_failure() {
     assert_eq!((alone.len(), alone[0].framework), (1, "tensorrt"));
 }
 
+/// PyTorch's fragmentation advice alone is its message cut before the numbers; inside an open
+/// message (hard-wrapped) it is that message's line, not a second failure.
+#[test]
+fn pytorch_advice_alone_or_wrapped() {
+    let cut = parse_all([
+        "llocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CON",
+    ]);
+    assert_eq!((cut.len(), cut[0].framework, cut[0].kind), (1, "pytorch", OomKind::CudaOom));
+    let wrapped = parse_all([
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 2.00 GiB total capacity; 1.25 GiB already allocated; 3.55 MiB free; 1.27 GiB reserved in total by PyTorch) If reserved memory is >> allocated",
+        "memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+    ]);
+    assert_eq!(wrapped.len(), 1);
+    assert_eq!(wrapped[0].fields.capacity, Some(2 * GIB));
+}
+
 /// C++ announces an uncaught exception before its `what()`: one failure, with the numbers.
 #[test]
 fn uncaught_cpp_oom_is_one_event() {
