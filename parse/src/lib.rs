@@ -14,8 +14,9 @@
 //!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
 //! * `phase.rs` — the phase read from the traceback frames around a message; `host.rs` — host-memory
 //!   symptoms in job logs (killed workers, `Killed`, exit 137); `hint.rs` — what a message's own
-//!   words say about the cause (`message.hint`); `op.rs` — the code the failing allocation was
-//!   made in (attention: hint `attention`, its clue `message.op`).
+//!   words say about the cause (`message.hint`; for TensorFlow also the refused tensor's shape);
+//!   `op.rs` — the code the failing allocation was made in (attention: hint `attention`, its
+//!   clue `message.op`).
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
@@ -29,6 +30,11 @@
 //! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
 //! skipped, not swallowed. C++'s `terminate called after throwing an instance of
 //! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure.
+//!
+//! **Recovered is not failed.** Warnings that only look like failures make no event: TensorFlow's
+//! BFC allocator retrying with less (`The caller indicates that this is not a failure`), TensorRT's
+//! builder refused a tactic's workspace and `Skipping tactic … due to insufficient memory`,
+//! SGLang's `Decode out of memory happened` (it retracted requests to make room).
 //!
 //! **A traceback that names the failure.** IPython heads its traceback with the exception's name
 //! (`ResourceExhaustedError      Traceback (most recent call last)`); when that name is an
