@@ -827,22 +827,24 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             ob(f.free_bytes),
             ob(f.requested_bytes)
         ),
-        Rule::AttentionAtFailure => format!(
-            "the failing allocation{} was made in attention code, whose score matrix grows with the square of the sequence length",
-            in_parens(f.requested_bytes)
-        ),
-        Rule::WeightTensor => format!(
-            "the refused tensor{} is shaped like a convolution's weights: a variable, its gradient or an optimizer slot — the model's state",
-            in_parens(f.requested_bytes)
-        ),
-        Rule::BatchTensor => format!(
-            "the refused tensor{} is a batch of activations (its first dimension, the batch, is 4 or more)",
-            in_parens(f.requested_bytes)
-        ),
-        Rule::LongTensor => format!(
-            "the refused tensor{} holds one or two samples with a very long dimension: one long input",
-            in_parens(f.requested_bytes)
-        ),
+        // What the failing allocation was, with its size when known.
+        Rule::AttentionAtFailure | Rule::WeightTensor | Rule::BatchTensor | Rule::LongTensor => {
+            let (what, is) = match rule {
+                Rule::AttentionAtFailure => (
+                    "the failing allocation",
+                    "was made in attention code, whose score matrix grows with the square of the sequence length",
+                ),
+                Rule::WeightTensor => (
+                    "the refused tensor",
+                    "is shaped like a convolution's weights: a variable, its gradient or an optimizer slot — the model's state",
+                ),
+                Rule::BatchTensor => {
+                    ("the refused tensor", "is a batch of activations (its first dimension, the batch, is 4 or more)")
+                }
+                _ => ("the refused tensor", "holds one or two samples with a very long dimension: one long input"),
+            };
+            format!("{what}{} {is}", in_parens(f.requested_bytes))
+        }
         Rule::FreeButRefused => format!(
             "the device reported {} free for a {} request and still refused it: a limit outside the GPU's memory (the host's RAM and page file, which back device allocations on Windows), or its free memory in pieces",
             ob(f.free_bytes),
@@ -1381,8 +1383,13 @@ mod tests {
             ("long_tensor", Rule::LongTensor, Sequence),
             ("graph_tensor", Rule::AllocatorRefused, Batch),
         ] {
-            let a = attribute(&feat(EventEvidence { message_hint: hint.into(), ..tf.clone() }));
+            let shaped =
+                EventEvidence { message_hint: hint.into(), requested_bytes: Some(72 << 20), ..tf.clone() };
+            let a = attribute(&feat(shaped));
             assert_eq!((a.rule, a.scenario), (want, scenario), "{hint}");
+            if want != Rule::AllocatorRefused {
+                assert!(a.evidence[0].contains("the refused tensor (72.00 MiB) "), "{:?}", a.evidence);
+            }
         }
         let huge_batch = EventEvidence {
             message_hint: "batch_tensor".into(),
