@@ -110,9 +110,13 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("ranoutofmemory,skippingbatch") {
         return Some(Family::Torch);
     }
-    // PyTorch's message pasted without its head.
-    if c.contains("triedtoallocate")
-        && (c.contains("(gpu") || c.contains("(npu") || c.contains("hasatotalcapac"))
+    // PyTorch's message pasted without its head (also an issue title cut right after 2.x's
+    // `Tried to allocate 160.00 MiB. GPU`).
+    if let Some(p) = after(c, "triedtoallocate", 0)
+        && (c.contains("(gpu")
+            || c.contains("(npu")
+            || c.contains("hasatotalcapac")
+            || size_at(c, p, false).is_some_and(|(_, e)| c[e..].starts_with(".gpu")))
     {
         return Some(Family::Torch);
     }
@@ -378,6 +382,8 @@ fn cuda_runtime(c: &str) -> bool {
         // exceeded`.
         || (c.contains("[metal::malloc]")
             && (c.contains("attemptingtoallocate") || c.contains("resourcelimit")))
+        // (Its older releases said the same without the tag.)
+        || mlx_buffer_limit(c)
     {
         return true;
     }
@@ -558,6 +564,7 @@ const REQUEST_BEFORE: &[&str] = &[
     "memorynotavailabletoallocatebuffer:",
     // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
     "[metal::malloc]attemptingtoallocate",
+    "attemptingtoallocate",
     // TensorRT: `Requested amount of GPU memory (2147483648 bytes) could not be allocated`.
     "requestedamountofgpumemory(",
     // ONNX Runtime's arena: `… Failed to allocate memory for requested buffer of size 643840`.
@@ -570,6 +577,13 @@ const REQUEST_BEFORE: &[&str] = &[
     // TensorFlow 1.x: `Ran out of GPU memory when allocating 1294336000 bytes for`.
     "ranoutofgpumemorywhenallocating",
 ];
+
+/// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
+/// `[metal::malloc]` tag: `Attempting to allocate N bytes which is greater than the maximum allowed
+/// buffer size of M bytes.`
+fn mlx_buffer_limit(c: &str) -> bool {
+    c.contains("attemptingtoallocate") && c.contains("whichisgreaterthanthemaximumallowedbuffersize")
+}
 
 /// TensorRT's builder skipped a tactic for want of memory: its `Error Code 2: OutOfMemory` before
 /// that line was recovered from.
@@ -934,7 +948,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "warp"
         } else if c.contains("vkallocatememory") || c.contains("vkresult:") {
             "vulkan"
-        } else if c.contains("metal::malloc") {
+        } else if c.contains("metal::malloc") || mlx_buffer_limit(c) {
             "mlx"
         } else if c.contains("onnxruntime") || c.contains("bfcarena") {
             "onnxruntime"
@@ -1167,6 +1181,11 @@ mod tests {
                 Family::Cuda,
             ),
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
+            (
+                "libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 19081554496 bytes which is greater than the maximum allowed buffer size of 17179869184 bytes.",
+                Family::Cuda,
+            ),
+            ("Tried to allocate 160MiB. GPU", Family::Torch),
             ("Out of memory error on GPU", Family::Paddle),
             ("CUDA failure in cudaMalloc(&ptr, n)", Family::Cuda),
             (

@@ -286,6 +286,11 @@ fn framework_by_wording() {
             "mlx",
         ),
         (
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 19081554496 bytes which is greater than the maximum allowed buffer size of 17179869184 bytes.",
+            "mlx",
+        ),
+        ("Tried to allocate 160MiB. GPU", "pytorch"),
+        (
             "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant",
             "jax",
         ),
