@@ -1082,6 +1082,13 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
             "message: the failing allocation was made in attention code (the frame or graph node is the event's label {})",
             oomlens_parse::MESSAGE_OP_LABEL
         ));
+    } else if let Some(what) = match f.message_hint.as_str() {
+        "weight_tensor" => Some("a convolution's weights"),
+        "batch_tensor" => Some("a batch of activations"),
+        "long_tensor" => Some("one long input"),
+        _ => None,
+    } {
+        ev.push(format!("message: the refused tensor's shape (in the message) reads as {what}"));
     } else if !f.message_hint.is_empty() {
         ev.push(format!("message: {}", f.message_hint.replace('_', " ")));
     }
@@ -1389,6 +1396,11 @@ mod tests {
             assert_eq!((a.rule, a.scenario), (want, scenario), "{hint}");
             if want != Rule::AllocatorRefused {
                 assert!(a.evidence[0].contains("the refused tensor (72.00 MiB) "), "{:?}", a.evidence);
+                assert!(
+                    a.evidence.iter().any(|e| e.starts_with("message: the refused tensor's shape")),
+                    "{:?}",
+                    a.evidence
+                );
             }
         }
         let huge_batch = EventEvidence {
