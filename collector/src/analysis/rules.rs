@@ -318,8 +318,8 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         // A weight-shaped tensor is a variable at start-up or an optimizer slot (the model's
         // state), or a weight's gradient in the backward pass, the batch's last straw.
         Rule::WeightTensor => &[(Static, 60), (Batch, 30), (Contention, 10)],
-        // A batch-first activation: the batch (a longer input grows it too); 17 of 17 in the
-        // corpus.
+        // A batch-first activation: the batch (a longer input grows it too); batch in 17 of 17
+        // corpus events when set (version 16), 22 of 22 since.
         Rule::BatchTensor => &[(Batch, 80), (Sequence, 10), (Static, 5), (Contention, 5)],
         Rule::LongTensor => &[(Sequence, 65), (Batch, 25), (Static, 10)],
         Rule::FreeButRefused => &[(HostOom, 55), (Fragmentation, 35), (Contention, 10)],
@@ -339,7 +339,8 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         }
         Rule::BatchActivations => &[(Sequence, 45), (Static, 30), (Batch, 20), (Fragmentation, 5)],
         Rule::ContextCreation => &[(Contention, 65), (Batch, 20), (Static, 15)],
-        // Without a shape that tells: batch 20, contention 16, static 12, sequence 7 of 57.
+        // Without a shape that tells (version 16): batch 20, contention 16, static 12, sequence 7
+        // of 57.
         Rule::AllocatorRefused => {
             &[(Batch, 35), (Contention, 30), (Static, 20), (Sequence, 10), (Fragmentation, 5)]
         }
