@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -384,6 +384,13 @@ fn cuda_runtime(c: &str) -> bool {
             && (c.contains("attemptingtoallocate") || c.contains("resourcelimit")))
         // (Its older releases said the same without the tag.)
         || mlx_buffer_limit(c)
+        // Thrust (cuDF, XGBoost, CUDA C++) throws its device allocator's failure with the CUDA
+        // error appended — `what():  std::bad_alloc: out of memory` (C++'s own host `bad_alloc`
+        // says only `std::bad_alloc`) — and a failed kernel launch as `parallel_for failed: out of
+        // memory`.
+        || c.contains("std::bad_alloc:outofmemory")
+        || c.contains("parallel_forfailed:outofmemory")
+        || mindspore_refused(c)
     {
         return true;
     }
@@ -395,6 +402,11 @@ fn cuda_runtime(c: &str) -> bool {
         return false;
     }
     let before = &c[..at];
+    // Advice, not a failure: vLLM's `CUDA graphs can take additional 1~3 GiB memory per GPU. If
+    // you are running out of memory, consider decreasing `gpu_memory_utilization` …`.
+    if before.ends_with("ifyouarerunning") || before.ends_with("ifyourun") {
+        return false;
+    }
     c.contains("thcudacheckfail")
         || c.contains("cudadrivererror:")
         || c.contains("cudafailedwitherror")
@@ -605,6 +617,7 @@ pub fn extract(c: &str, f: &mut Fields) {
     cupy(c, f);
     ggml(c, f);
     tt_metal(c, f);
+    mindspore(c, f);
     vllm(c, f);
     paddle(c, f);
     // The requested size right after these words (a size with its unit, or bare bytes).
@@ -854,6 +867,33 @@ fn ggml(c: &str, f: &mut Fields) {
     }
 }
 
+/// MindSpore's device memory pool refused (GPU or Ascend): `AddMemBlockAndMemBufByEagerFree]
+/// TotalUsedMemStatistics : U plus TotalUsedByEventMemStatistics : E and plus alloc size : Q is
+/// more than total mem size : C.`, `Malloc for kernel output failed, Memory isn't enough,
+/// node:Default/Cast-op446`, `Device(id:0) memory isn't enough and alloc failed`.
+fn mindspore_refused(c: &str) -> bool {
+    (c.contains("allocsize:") && c.contains("ismorethantotalmemsize"))
+        || (c.contains("memoryisn'tenough") && (c.contains("malloc") || c.contains("allocfailed")))
+}
+
+/// MindSpore's numbers: the pool's total (its capacity), what it had in use and the request.
+fn mindspore(c: &str, f: &mut Fields) {
+    let Some(p) = after(c, "totalusedmemstatistics:", 0) else {
+        return;
+    };
+    let Some((used, e)) = uint_at(c, p) else {
+        return;
+    };
+    let by_event = after(c, "totalusedbyeventmemstatistics:", e).and_then(|q| uint_at(c, q));
+    f.allocated.get_or_insert(used.saturating_add(by_event.map_or(0, |(v, _)| v)));
+    if let Some((q, e)) = after(c, "allocsize:", e).and_then(|q| uint_at(c, q)) {
+        f.requested.get_or_insert(q);
+        if let Some((cap, _)) = after(c, "totalmemsize:", e).and_then(|q| uint_at(c, q)) {
+            f.capacity.get_or_insert(cap);
+        }
+    }
+}
+
 /// tt-metal's numbers: the buffer is interleaved over K banks and the allocator's figures are per
 /// bank, so the device's are K times them.
 fn tt_metal(c: &str, f: &mut Fields) {
@@ -962,6 +1002,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "opencl"
         } else if c.contains("notenoughspacetoallocate") && c.contains("bank") {
             "tt-metal"
+        } else if mindspore_refused(c) || c.contains("mindspore") {
+            "mindspore"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
@@ -1232,6 +1274,7 @@ mod tests {
             "Out of GPU memory, retrying with a smaller tile size",
             // A guess in front of another error, and a request the allocator retries smaller.
             "Could not predict job_1. Not Enough GPU memory? INTERNAL: RET_CHECK failure (external/gpu_compiler.cc:627) dnn != nullptr",
+            "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
@@ -1260,6 +1303,13 @@ mod tests {
             "Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
         );
         assert_eq!(f.requested, Some(2_025_000_000));
+        let f = fields(
+            "AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 29356337664 plus TotalUsedByEventMemStatistics : 1024 and plus alloc size : 301990400 is more than total mem size : 29464985600.",
+        );
+        assert_eq!(
+            (f.allocated, f.requested, f.capacity),
+            (Some(29_356_338_688), Some(301_990_400), Some(29_464_985_600))
+        );
         let f = fields("ERROR: LoadError: Out of GPU memory trying to allocate 1.500 GiB");
         assert_eq!(f.requested, Some(3 * GIB / 2));
         let f = fields("ResourceExhaustedError: Ran out of GPU memory when allocating 1294336000 bytes for ");

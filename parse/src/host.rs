@@ -147,6 +147,17 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["winerror 1455"], HostEvidence::Allocation, "windows"),
     (&["paging file is too small", "1455"], HostEvidence::Allocation, "windows"),
     (&["oom when allocating tensor", "allocator cpu"], HostEvidence::Allocation, "tensorflow"),
+    // llama.cpp's CPU backend (host RAM: the weights or the KV cache kept on the CPU, a model
+    // loaded without mmap): `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer
+    // of size 437944320`, `alloc_tensor_range: failed to allocate CPU buffer of size N`,
+    // `llama_model_load: error loading model: unable to allocate CPU buffer`.
+    (
+        &["ggml_backend_cpu_buffer_type_alloc_buffer", "failed to allocate buffer"],
+        HostEvidence::Allocation,
+        "llama.cpp",
+    ),
+    (&["failed to allocate cpu buffer of size"], HostEvidence::Allocation, "llama.cpp"),
+    (&["unable to allocate cpu buffer"], HostEvidence::Allocation, "llama.cpp"),
     // Caffe's host-side buffer: `syncedmem.hpp:24] Check failed: *ptr host allocation of size
     // 282240000 failed`.
     (&["check failed", "host allocation of size", "failed"], HostEvidence::Allocation, "caffe"),
@@ -183,6 +194,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("</torch_")
         || l.contains("exited unexpectedly")
         || l.contains("kernelrestarter")
+        || l.contains("cpu buffer")
+        || l.contains("cpu_buffer")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -197,8 +210,14 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         if l.contains("bus error") || l.trim_end().ends_with("signal: bus") {
             return sym(Shm, fw, pid);
         }
-        if l.contains("signal: killed") {
+        // A re-typed paste drops the space (`killed by signal:killed`).
+        if l.contains("signal: killed") || l.contains("signal:killed") {
             return sym(Sigkill, fw, pid);
+        }
+        // An issue title that stops at the signal (`DataLoader worker (pid xxx) is killed by
+        // signal`): the worker died and the signal is not known.
+        if l.trim_end_matches(['.', ' ']).ends_with("killed by signal") {
+            return sym(Exited, fw, pid);
         }
         return None;
     }
@@ -346,6 +365,14 @@ pub fn worker_timeout_pid(body: &str) -> Option<u32> {
     number_after(&body[at..], "(pid:")
 }
 
+/// Keras's progress bar with the shell's `Killed` glued to its last figure (no line break before
+/// it): `165376/296960 [=====>....] - ETA: 365s - loss: 2.1371Killed`.
+fn keras_bar_killed(lower: &str) -> bool {
+    lower.strip_suffix("killed").is_some_and(|bar| {
+        bar.ends_with(|c: char| c.is_ascii_digit()) && (bar.contains(" - loss: ") || bar.contains(" - eta: "))
+    })
+}
+
 /// bash's `Killed` in the zh_CN locale.
 const KILLED_ZH: &str = "已杀死";
 
@@ -365,6 +392,7 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
         || lower.ends_with("]killed")
         || lower.ends_with("it/s]killed")
         || lower.ends_with("| killed")
+        || keras_bar_killed(&lower)
     {
         return sym(HostEvidence::Sigkill, "shell", None);
     }
@@ -373,8 +401,10 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
     let i = words.iter().position(|w| *w == "Killed" || *w == "killed" || *w == KILLED_ZH)?;
     let pid = words.get(i.checked_sub(1)?)?.parse::<u32>().ok()?;
     // bash names the line in its locale's word (`line 24:`, `riga 24:`, `Zeile 24:`).
-    // bash prints `Killed` capitalised (zsh `killed`).
-    let bash = words[i] != "killed"
+    // bash prints `Killed` capitalised (zsh `killed`); after the English `<script>: line N:` a
+    // re-typed lower-case `killed` is still bash's report.
+    let english_line = i.checked_sub(4).is_some_and(|j| words[j].ends_with(':') && words[j + 1] == "line");
+    let bash = (words[i] != "killed" || english_line)
         && i.checked_sub(2).is_some_and(|j| {
             words[j].strip_suffix(':').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         });
@@ -548,6 +578,24 @@ mod tests {
                 (Exited, "pytorch", Some(25)),
             ),
             ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus", (Shm, "pytorch", Some(47))),
+            (
+                "RuntimeError:Dataloader worker (pid 6479) is killed by signal:killed",
+                (Sigkill, "pytorch", Some(6479)),
+            ),
+            ("DataLoader worker (pid xxx) is killed by signal", (Exited, "pytorch", None)),
+            ("./scripts/on_sd_start.sh: line 118: 7080 killed        ", (Sigkill, "shell", Some(7080))),
+            (
+                "165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed",
+                (Sigkill, "shell", None),
+            ),
+            (
+                "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 437944320",
+                (Allocation, "llama.cpp", None),
+            ),
+            (
+                "alloc_tensor_range: failed to allocate CPU buffer of size 437944320",
+                (Allocation, "llama.cpp", None),
+            ),
             ("❌ Training failed with exit code -9", (Sigkill, "shell", None)),
             (
                 "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死",
@@ -598,6 +646,9 @@ mod tests {
             "        exitCode: 1370",
             "        exitCode: 0",
             "step 12: 100 killed tasks",
+            "see line 3: 12 killed processes",
+            "loss: 2.1371 killed",
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory",
         ] {
             assert_eq!(ev(line), None, "{line}");
         }

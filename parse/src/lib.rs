@@ -97,6 +97,11 @@ pub const DEDUP_WINDOW: u64 = 128;
 /// A failure without numbers of the same framework and stream whose traceback starts within this
 /// many lines after another failure is that failure re-raised by a wrapper in its own words.
 pub const RERAISE_WINDOW: u64 = 32;
+/// A failure without numbers of the same framework and stream that starts within this many lines
+/// after another failure ended is that failure's remainder: its advice on lines of their own
+/// (PaddlePaddle's `Please check whether there is any other process using GPU 0.` after a blank
+/// line), or the message repeated by an uncaught exception's `what() -> "…"`.
+pub const REMAINDER_WINDOW: u64 = 4;
 /// A launcher's `Killing subprocess` within this many lines after another failure of the job (or
 /// while a traceback is open) is the launcher's reaction to that failure, not a host OOM.
 pub const LAUNCHER_GRACE: u64 = 64;
@@ -589,12 +594,29 @@ impl Pending {
 
     /// True when this event is only C++'s announcement of an uncaught OOM exception (`terminate
     /// called after throwing an instance of 'c10::OutOfMemoryError'`) and `family` starts its
-    /// message (`  what():  CUDA out of memory. Tried to allocate …`): one failure.
-    fn announces(&self, family: Family) -> bool {
-        self.family == Family::Torch
-            && family == Family::Torch
+    /// message (`  what():  CUDA out of memory. Tried to allocate …`): one failure. Also when
+    /// PyTorch's 1.x message was hard-wrapped right before its clause of numbers, which would
+    /// otherwise start a headless message of its own (`… Tried to allocate 1.86 GiB` / `(GPU 0;
+    /// 4.00 GiB total capacity; …`), and when [`Self::llama_host_buffer`].
+    fn announces(&self, family: Family, c: &str) -> bool {
+        let torch = self.family == Family::Torch && family == Family::Torch;
+        (torch
             && self.compact.starts_with("terminatecalledafterthrowinganinstanceof")
-            && !self.compact.contains("what()")
+            && !self.compact.contains("what()"))
+            || (torch
+                && !self.complete
+                && (c.starts_with("(gpu") || c.starts_with("(npu"))
+                && self.compact.contains("triedtoallocate")
+                && !self.compact.contains("(gpu")
+                && !self.compact.contains("(npu"))
+            || (family == Family::Ggml && self.llama_host_buffer())
+    }
+
+    /// True when this event is llama.cpp's CPU backend refusing a host buffer: the engine's lines
+    /// that follow (`llama_kv_cache_init: failed to allocate buffer for kv cache`, `failed to load
+    /// model`) report that same failure.
+    fn llama_host_buffer(&self) -> bool {
+        self.family == Family::Host && self.host.as_ref().is_some_and(|h| h.framework == "llama.cpp")
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
@@ -772,10 +794,12 @@ impl LogParser {
         out
     }
 
-    /// True when a launcher's `Killing subprocess` is explained by another failure of the job: one
-    /// open or ended within [`LAUNCHER_GRACE`] lines, or an open traceback.
+    /// True when a launcher's `Killing subprocess` (or Jupyter's restart of a kernel that died) is
+    /// explained by another failure of the job: one open or ended within [`LAUNCHER_GRACE`] lines,
+    /// or an open traceback. A kernel that aborted on its own GPU failure is restarted as well.
     fn launcher_explained(&self, s: &HostSymptom, origin: &Origin) -> bool {
-        s.evidence == HostEvidence::Launcher
+        (s.evidence == HostEvidence::Launcher
+            || (s.evidence == HostEvidence::Exited && s.framework == "jupyter"))
             && (self.pending.iter().any(|p| p.family != Family::Host)
                 || self.traceback_of(origin).is_some()
                 || self.recent.iter().any(|r| self.line.saturating_sub(r.ended) <= LAUNCHER_GRACE))
@@ -797,7 +821,7 @@ impl LogParser {
     ) {
         // The same failure printed again by another layer joins the open event.
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
-            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family))
+            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family, c))
         }) {
             p.families |= family.bit();
             p.push_line(raw, c, &origin);
@@ -993,7 +1017,8 @@ impl LogParser {
                 // with its own words right after it.
                 && (numbered
                     || r.signature == p.signature
-                    || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW))
+                    || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW)
+                    || p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
         });
         if dup {
             self.duplicates += 1;

@@ -294,6 +294,16 @@ fn framework_by_wording() {
             "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed to allocate 98697216 bytes for new constant",
             "jax",
         ),
+        ("  what():  std::bad_alloc: out of memory", "cuda"),
+        ("  what():  parallel_for failed: out of memory", "cuda"),
+        (
+            "RuntimeError: Malloc for kernel output failed, Memory isn't enough, node:Default/Cast-op446",
+            "mindspore",
+        ),
+        (
+            "[ERROR] PRE_ACT(145615,fffbdf67f120,python):2025-01-12-09:48:13.703.514 [mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 24725382656 plus TotalUsedByEventMemStatistics : 0 and plus alloc size : 100555779072 is more than total mem size : 61079552000.",
+            "mindspore",
+        ),
     ] {
         let events = parse_all([line]);
         assert_eq!(events.len(), 1, "{line}");
@@ -465,4 +475,74 @@ fn own_process_among_the_listed() {
         [OtherProcess { pid: 7, used_bytes: 22 * GIB }, OtherProcess { pid: 8, used_bytes: 500 * MIB }];
     assert_eq!(own_process_index(&fresh, Some(0), Some(0)), Some((1, true)));
     assert_eq!(own_process_index(&full, None, None), Some((0, true)));
+}
+
+/// Jupyter restarting a kernel that aborted on its own GPU failure is not a second (host) failure;
+/// a restart with nothing before it still is one.
+#[test]
+fn kernel_restart_after_its_own_failure() {
+    let events = parse_all([
+        "terminate called after throwing an instance of 'thrust::system::system_error'",
+        "  what():  parallel_for failed: out of memory",
+        "[I 22:44:57.420 LabApp] KernelRestarter: restarting kernel (1/5), keep random ports",
+    ]);
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework)).collect();
+    assert_eq!(kinds, [("cuda_oom", "cuda")]);
+    let events =
+        parse_all(["[I 22:44:57.420 LabApp] KernelRestarter: restarting kernel (1/5), keep random ports"]);
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].kind.as_str(), events[0].framework), ("host_oom_kill", "jupyter"));
+}
+
+/// llama.cpp's CPU backend refusing a host buffer, and the engine's lines reporting it: one host
+/// failure, not a GPU one besides.
+#[test]
+fn llama_cpu_buffer_is_one_host_failure() {
+    let events = parse_all([
+        "llama_new_context_with_model: n_ctx      = 1048576",
+        "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504",
+        "llama_kv_cache_init: failed to allocate buffer for kv cache",
+        "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache",
+    ]);
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+    assert_eq!(kinds, [("host_oom_kill", "llama.cpp", 2)]);
+}
+
+/// PyTorch 1.x's message wrapped right before its clause of numbers is one message, not a head
+/// and a headless paste.
+#[test]
+fn wrap_before_the_numbers_clause() {
+    let events = parse_all([
+        "RuntimeError: CUDA out of memory. Tried to allocate 1.86 GiB   ",
+        "(GPU 0; 4.00 GiB total capacity; 1.48 GiB already allocated; 319.91 MiB free; 1.88   ",
+        " GiB reserved in total by PyTorch) ",
+    ]);
+    assert_eq!(events.len(), 1);
+    let f = &events[0].fields;
+    assert_eq!((events[0].line, f.gpu, f.capacity), (1, Some(0), Some(4 << 30)));
+    assert!(f.requested.is_some() && f.reserved.is_some(), "{f:?}");
+}
+
+/// The rest of a failure a few lines after it, without numbers, is not a failure of its own; the
+/// same words further on are.
+#[test]
+fn remainder_of_a_failure() {
+    let paddle = [
+        "Out of memory error on GPU 0. Cannot allocate 69.629150MB memory on GPU 0, 39.525391GB memory has been allocated and available memory is only 62.187500MB.",
+        "",
+        "Please check whether there is any other process using GPU 0.",
+        "1. If yes, please stop them, or start PaddlePaddle on another GPU.",
+    ];
+    assert_eq!(parse_all(paddle).len(), 1);
+    let catboost = [
+        "(NCudaLib::TOutOfMemoryError) /src/catboost/catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:303: Error: Out of memory. Requested 8880 MB; Free 5902.061425 MB",
+        "uncaught exception:",
+        "    address -> 0x4d5a35b0410",
+        "    what() -> \"/src/catboost/catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:303: Error: Out of memory. Requested 8880 MB; Free 5902.061425 MB\"",
+    ];
+    assert_eq!(parse_all(catboost).len(), 1);
+    let mut twice = vec!["RuntimeError: CUDA error: out of memory"];
+    twice.extend(["step 1"; 8]);
+    twice.push("RuntimeError: CUDA error: out of memory, again later");
+    assert_eq!(parse_all(twice).len(), 2);
 }
