@@ -27,10 +27,38 @@ const MIB: u64 = 1 << 20;
 /// training step whose batch is the knob (`docs/attribution.md`).
 const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 
+/// Frameworks that allocate device memory through an allocator of their own (a pool, an arena,
+/// a tensor storage manager), which refused a tensor: TensorFlow's and XLA's BFC allocators,
+/// PaddlePaddle's, CuPy's and MXNet's pools, Caffe's and Caffe2's storage, MindSpore's pool,
+/// ONNX Runtime's arena, TensorRT's and TensorRT-LLM's allocators, MLX's Metal allocator,
+/// tt-metal's bank allocator, RAPIDS' memory manager (cuDF, cuML, XGBoost), DirectML's, TVM's
+/// workspace pool and Theano's CNMeM. (Version 18 added the ones after MXNet: they fell to
+/// `no_evidence` before.)
+const OWN_ALLOCATOR: &[&str] = &[
+    "tensorflow",
+    "jax",
+    "paddle",
+    "cupy",
+    "caffe",
+    "mxnet",
+    "caffe2",
+    "mindspore",
+    "onnxruntime",
+    "tensorrt",
+    "tensorrt-llm",
+    "mlx",
+    "tt-metal",
+    "rapids",
+    "xgboost",
+    "directml",
+    "tvm",
+    "theano",
+];
+
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 17;
+pub const RULES_VERSION: u32 = 18;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -119,8 +147,9 @@ pub enum Rule {
     BatchActivations,
     /// A library could not create its CUDA context or handle: the GPU was already full.
     ContextCreation,
-    /// A framework's allocator (TensorFlow, XLA, PaddlePaddle, CuPy; Caffe's and old PyTorch's
-    /// tensor storage) refused a tensor; the message has no capacity.
+    /// A framework's allocator (TensorFlow, XLA, PaddlePaddle, CuPy, MXNet, MindSpore, ONNX
+    /// Runtime's arena, TensorRT, MLX, RAPIDS' pool, …; Caffe's and old PyTorch's tensor storage)
+    /// refused a tensor; the message has no capacity.
     AllocatorRefused,
     /// A local inference engine (llama.cpp, ollama) failed without numbers after loading: its
     /// weights and context are sized at load, so the reservation, a neighbour or a long request.
@@ -605,9 +634,7 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     // A framework's own tensor allocator refused (no caching allocator's numbers): the tensors of
     // the step, as TensorFlow's, not a workspace outside it. MXNet's is its pooled storage
     // manager (`pooled_storage_manager.h: cudaMalloc failed`).
-    if matches!(hint, "graph_tensor" | "tensor_storage")
-        || matches!(f.framework.as_str(), "tensorflow" | "jax" | "paddle" | "cupy" | "caffe" | "mxnet")
-    {
+    if matches!(hint, "graph_tensor" | "tensor_storage") || OWN_ALLOCATOR.contains(&f.framework.as_str()) {
         return Rule::AllocatorRefused;
     }
     // PyTorch's caching allocator prints its own message (a cut one lands above); a bare CUDA
@@ -1381,6 +1408,14 @@ mod tests {
         // MXNet's pooled storage manager is its tensor allocator.
         let mxnet = EventEvidence { framework: "mxnet".into(), ..bare.clone() };
         assert_eq!(attribute(&feat(mxnet)).rule, Rule::AllocatorRefused);
+        // So are ONNX Runtime's arena and MindSpore's pool (version 18); a program's own words
+        // about GPU memory, its allocator unknown, are no evidence.
+        for fw in ["onnxruntime", "mindspore", "tensorrt", "rapids"] {
+            let own = EventEvidence { framework: fw.into(), ..bare.clone() };
+            assert_eq!(attribute(&feat(own)).rule, Rule::AllocatorRefused, "{fw}");
+        }
+        let other = EventEvidence { framework: "other".into(), ..bare.clone() };
+        assert_eq!(attribute(&feat(other)).rule, Rule::NoEvidence);
         // TensorFlow's refused tensor, by its shape: a weight is the model's state, a batch-first
         // activation the batch, one long sample the length; without a telling shape the
         // allocator's refusal. A huge batch-first tensor is still the batch; the device's free
