@@ -636,6 +636,18 @@ pub fn extract(c: &str, f: &mut Fields) {
             slot.get_or_insert(v);
         }
     }
+    // CatBoost's GPU memory pool: `(NCudaLib::TOutOfMemoryError) …stack_like_memory_pool.h:303:
+    // Error: Out of memory. Requested 8880 MB; Free 5902.061425 MB`.
+    if let Some(p) = after(c, "error:outofmemory.requested", 0)
+        && let Some((q, e)) = size_at(c, p, false)
+    {
+        f.requested.get_or_insert(q);
+        if let Some((free, _)) =
+            after(c, ";free", e).filter(|r| *r == e + 5).and_then(|r| size_at(c, r, false))
+        {
+            f.free.get_or_insert(free);
+        }
+    }
     // Warp: `Array allocation failed on device: cuda:0 for 16777216 bytes`.
     if let Some(p) = after(c, "arrayallocationfailedondevice:cuda", 0)
         && let Some(q) = after(c, "for", p)
@@ -1004,6 +1016,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "tt-metal"
         } else if mindspore_refused(c) || c.contains("mindspore") {
             "mindspore"
+        } else if c.contains("ncudalib") || c.contains("catboost") {
+            "catboost"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
@@ -1303,6 +1317,11 @@ mod tests {
             "Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
         );
         assert_eq!(f.requested, Some(2_025_000_000));
+        let f = fields(
+            "(NCudaLib::TOutOfMemoryError) /src/catboost/catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:303: Error: Out of memory. Requested 8880 MB; Free 5902.061425 MB",
+        );
+        assert_eq!(f.requested, Some(8880 << 20));
+        assert!(f.free.is_some_and(|v| v >> 20 == 5902), "{:?}", f.free);
         let f = fields(
             "AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 29356337664 plus TotalUsedByEventMemStatistics : 1024 and plus alloc size : 301990400 is more than total mem size : 29464985600.",
         );

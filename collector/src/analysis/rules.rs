@@ -32,7 +32,7 @@ const SMALL_GPU_BYTES: u64 = (33 << 30) / 2;
 /// PaddlePaddle's, CuPy's and MXNet's pools, Caffe's and Caffe2's storage, MindSpore's pool,
 /// ONNX Runtime's arena, TensorRT's and TensorRT-LLM's allocators, MLX's Metal allocator,
 /// tt-metal's bank allocator, RAPIDS' memory manager (cuDF, cuML, XGBoost), DirectML's, TVM's
-/// workspace pool and Theano's CNMeM. (Version 18 added the ones after MXNet: they fell to
+/// workspace pool, Theano's CNMeM and CatBoost's GPU pool. (Version 18 added the ones after MXNet: they fell to
 /// `no_evidence` before.)
 const OWN_ALLOCATOR: &[&str] = &[
     "tensorflow",
@@ -53,6 +53,7 @@ const OWN_ALLOCATOR: &[&str] = &[
     "directml",
     "tvm",
     "theano",
+    "catboost",
 ];
 
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
