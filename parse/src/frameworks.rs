@@ -101,6 +101,10 @@ pub fn detect(c: &str) -> Option<Family> {
     if (c.contains("outofmemory") && c.contains("triedtoallocate")) || c.contains("mpsbackendoutofmemory") {
         return Some(Family::Torch);
     }
+    // Ascend's torch_npu cut to its head: `RuntimeError: NPU out of memory.`
+    if c.contains("error:npuoutofmemory") {
+        return Some(Family::Torch);
+    }
     // ComfyUI's error report (markdown): `- **Exception Type:** torch.OutOfMemoryError`.
     if c.contains("exceptiontype:**") && c.contains("outofmemoryerror") && !c.contains("java.lang") {
         return Some(Family::Torch);
@@ -200,6 +204,8 @@ pub fn detect(c: &str) -> Option<Family> {
         // XLA could not place a constant of the compiled program: `INTERNAL: Failed to allocate
         // 98697216 bytes for new constant`.
         || (c.contains("failedtoallocate") && c.contains("bytesfornewconstant"))
+        // XLA's status alone, as an issue title carries it: `RESOURCE_EXHAUSTED: Out of memory`.
+        || c.contains("resource_exhausted:outofmemory")
     {
         return Some(Family::Jax);
     }
@@ -218,6 +224,9 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("failedtoallocatecomputebuffers")
         // LM Studio's llama.cpp: `failed to allocate compute pp buffers`.
         || c.contains("failedtoallocatecomputeppbuffers")
+        // Early llama.cpp's fixed context pool, sized from the batch: `ggml_new_tensor_impl: not
+        // enough space in the context's memory pool (needed 819409712, available 805306368)`.
+        || c.contains("notenoughspaceinthecontext'smemorypool")
         // ggml's Vulkan backend: `ggml_vulkan: Device memory allocation of size N failed.`,
         // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
         || (c.contains("ggml_vulkan:devicememoryallocationofsize") && c.contains("failed"))
@@ -252,12 +261,15 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("throwinganinstanceof'c10::") && c.contains("outofmemoryerror'") {
         return Some(Family::Torch);
     }
-    // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap: `host.rs`.)
+    // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap, and Ray's
+    // `ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.`
+    // its memory monitor killing a worker for the host's memory: `host.rs`.)
     if c.contains("cudaoutofmemory")
         || c.contains("hipoutofmemory")
         || (c.contains("outofmemoryerror:")
             && !c.contains("java.lang.outofmemoryerror")
-            && !c.contains("rayoutofmemoryerror"))
+            && !c.contains("rayoutofmemoryerror")
+            && !c.contains("ray.exceptions.outofmemoryerror"))
     {
         return Some(Family::Torch);
     }
@@ -391,6 +403,12 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("std::bad_alloc:outofmemory")
         || c.contains("parallel_forfailed:outofmemory")
         || mindspore_refused(c)
+        // Haskell's Accelerate on CUDA, its device-memory cache: `./Data/Array/Accelerate/Array/
+        // Remote/LRU.hs:237:40: (malloc): Remote memory exhausted`.
+        || c.contains("(malloc):remotememoryexhausted")
+        // OpenFold3's runner logs the OOM it caught per query: `ERROR:openfold3.projects.
+        // of3_all_atom.runner:OOM for query_id(s) BM50-P19.`
+        || c.contains("oomforquery_id")
     {
         return true;
     }
@@ -877,6 +895,14 @@ fn ggml(c: &str, f: &mut Fields) {
     if let Some((v, _)) = after(c, "devicememoryallocationofsize", 0).and_then(|p| uint_at(c, p)) {
         f.requested.get_or_insert(v);
     }
+    if let Some((v, e)) = after(c, "memorypool(needed", 0).and_then(|p| uint_at(c, p)) {
+        f.requested.get_or_insert(v);
+        if let Some((free, _)) =
+            after(c, ",available", e).filter(|q| *q == e + 10).and_then(|q| uint_at(c, q))
+        {
+            f.free.get_or_insert(free);
+        }
+    }
 }
 
 /// MindSpore's device memory pool refused (GPU or Ascend): `AddMemBlockAndMemBufByEagerFree]
@@ -1018,6 +1044,8 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "mindspore"
         } else if c.contains("ncudalib") || c.contains("catboost") {
             "catboost"
+        } else if c.contains("oomforquery_id") {
+            "openfold"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
@@ -1288,6 +1316,7 @@ mod tests {
             "Out of GPU memory, retrying with a smaller tile size",
             // A guess in front of another error, and a request the allocator retries smaller.
             "Could not predict job_1. Not Enough GPU memory? INTERNAL: RET_CHECK failure (external/gpu_compiler.cc:627) dnn != nullptr",
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {

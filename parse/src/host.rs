@@ -122,6 +122,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // ollama's check before loading: `Error: model requires more system memory (12.5 GiB) than is
     // available (8.2 GiB)`.
     (&["model requires more system memory"], HostEvidence::Explicit, "ollama"),
+    // The tail of Ray's OOM-kill message, its head cut: `Refer to the documentation on how to
+    // address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html`.
+    (&["how to address the out of memory issue"], HostEvidence::Explicit, "ray"),
     // Host allocations refused.
     (&["defaultcpuallocator: can't allocate memory"], HostEvidence::Allocation, "pytorch"),
     (&["defaultcpuallocator: not enough memory"], HostEvidence::Allocation, "pytorch"),
@@ -134,11 +137,17 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // allocate memory (12)`, PaddlePaddle's `posix_memalign(…) == 0 (12 vs. 0)` and `Fail to alloc
     // memory of 564023296 size, error code is 12.`
     (&["[errno 12] cannot allocate memory"], HostEvidence::Allocation, "python"),
+    // Old PyTorch's CPU allocator: `[enforce fail at CPUAllocator.cpp:56] posix_memalign(&data,
+    // gAlignment, nbytes) == 0. 12 vs 0`.
+    (&["cpuallocator", "posix_memalign", "12 vs 0"], HostEvidence::Allocation, "pytorch"),
     (&["posix_memalign", "(12 vs. 0)"], HostEvidence::Allocation, "paddle"),
     (&["posix_memalign", ":12 != 0"], HostEvidence::Allocation, "paddle"),
     (&["cannot allocate memory (12)"], HostEvidence::Allocation, "python"),
     (&["fail to alloc memory of", "error code is 12"], HostEvidence::Allocation, "paddle"),
     (&["arraymemoryerror"], HostEvidence::Allocation, "numpy"),
+    // Rust's global allocator aborting (tokenizers, a Rust data loader): `memory allocation of
+    // 2097152 bytes failed`.
+    (&["memory allocation of ", " bytes failed"], HostEvidence::Allocation, "rust"),
     // Intel MKL's allocator (CPU inference: CTranslate2, numpy with MKL): `RuntimeError:
     // mkl_malloc: failed to allocate memory`.
     (&["mkl_malloc: failed to allocate memory"], HostEvidence::Allocation, "mkl"),
@@ -146,6 +155,11 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // Windows, also without the `[WinError 1455]` prefix (`… (os error 1455)`).
     (&["winerror 1455"], HostEvidence::Allocation, "windows"),
     (&["paging file is too small", "1455"], HostEvidence::Allocation, "windows"),
+    // Its text without the code (`ImportError: DLL load failed: The paging file is too small for
+    // this operation to complete.`), also in German and Chinese Windows.
+    (&["the paging file is too small for this operation"], HostEvidence::Allocation, "windows"),
+    (&["auslagerungsdatei ist zu klein"], HostEvidence::Allocation, "windows"),
+    (&["页面文件太小"], HostEvidence::Allocation, "windows"),
     (&["oom when allocating tensor", "allocator cpu"], HostEvidence::Allocation, "tensorflow"),
     // llama.cpp's CPU backend (host RAM: the weights or the KV cache kept on the CPU, a model
     // loaded without mmap): `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer
@@ -195,6 +209,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("exited unexpectedly")
         || l.contains("kernelrestarter")
         || l.contains("cpu buffer")
+        || l.contains("auslagerungsdatei")
+        || t.contains("页面文件太小")
         || l.contains("cpu_buffer")
         || t.contains(KILLED_ZH))
     {
@@ -398,7 +414,13 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
     }
     // bash: `<script>: line N: <pid> Killed <command>`; zsh: `[job] <pid> killed <command>`.
     let words: Vec<&str> = t.split_whitespace().collect();
-    let i = words.iter().position(|w| *w == "Killed" || *w == "killed" || *w == KILLED_ZH)?;
+    // (bash on macOS: `line 26: 21899 Killed: 9   python train.py`.)
+    let i = words.iter().position(|w| {
+        *w == "Killed" || *w == "killed" || *w == KILLED_ZH || (*w == "Killed:" && words.last() != Some(w))
+    })?;
+    if words[i] == "Killed:" && words.get(i + 1) != Some(&"9") {
+        return None;
+    }
     let pid = words.get(i.checked_sub(1)?)?.parse::<u32>().ok()?;
     // bash names the line in its locale's word (`line 24:`, `riga 24:`, `Zeile 24:`).
     // bash prints `Killed` capitalised (zsh `killed`); after the English `<script>: line N:` a
@@ -417,8 +439,12 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
             .strip_prefix('[')
             .and_then(|w| w.strip_suffix(']'))
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    // bash's report of a pipeline names each member on a line of its own: `       134 Killed
+    //        | python3 glem.py`.
+    // (bash pads its status column: two spaces or more before the `|`.)
+    let pipeline = i == 1 && words.get(2) == Some(&"|") && t.contains("Killed  ");
     // bash names the script line; an issue title may drop the command after `Killed`.
-    if bash || (zsh && words.len() > i + 1) || zsh_alone {
+    if bash || (zsh && words.len() > i + 1) || zsh_alone || pipeline {
         return sym(HostEvidence::Sigkill, "shell", Some(pid));
     }
     None
@@ -596,6 +622,34 @@ mod tests {
                 "alloc_tensor_range: failed to allocate CPU buffer of size 437944320",
                 (Allocation, "llama.cpp", None),
             ),
+            (
+                "ImportError: DLL load failed: The paging file is too small for this operation to complete.",
+                (Allocation, "windows", None),
+            ),
+            (
+                "ImportError: DLL load failed while importing _pywrap_tensorflow_internal: Die Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuführen.",
+                (Allocation, "windows", None),
+            ),
+            (
+                "RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 12 vs 0",
+                (Allocation, "pytorch", None),
+            ),
+            (
+                "memory allocation of memory allocation of 20971522097152 bytes failed",
+                (Allocation, "rust", None),
+            ),
+            (
+                "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
+                (Explicit, "ray", None),
+            ),
+            (
+                "./train.sh: line 26: 21899 Killed: 9               python train_simple.py",
+                (Sigkill, "shell", Some(21899)),
+            ),
+            (
+                "       134 Killed                  | python3 /workspace/examples/llm/glem.py",
+                (Sigkill, "shell", Some(134)),
+            ),
             ("❌ Training failed with exit code -9", (Sigkill, "shell", None)),
             (
                 "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死",
@@ -647,6 +701,8 @@ mod tests {
             "        exitCode: 0",
             "step 12: 100 killed tasks",
             "see line 3: 12 killed processes",
+            "./train.sh: line 26: 21899 Killed: 15   python train.py",
+            "3 Killed | 4 alive",
             "loss: 2.1371 killed",
             "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory",
         ] {

@@ -98,10 +98,13 @@ pub const DEDUP_WINDOW: u64 = 128;
 /// many lines after another failure is that failure re-raised by a wrapper in its own words.
 pub const RERAISE_WINDOW: u64 = 32;
 /// A failure without numbers of the same framework and stream that starts within this many lines
-/// after another failure ended is that failure's remainder: its advice on lines of their own
-/// (PaddlePaddle's `Please check whether there is any other process using GPU 0.` after a blank
-/// line), or the message repeated by an uncaught exception's `what() -> "…"`.
+/// after a failure with numbers ended is that failure's remainder: its advice on lines of their
+/// own (PaddlePaddle's `Please check whether there is any other process using GPU 0.` after a
+/// blank line). (Two failures without numbers a line apart stay two: a runtime error and the
+/// library's own report of it are told apart by their frameworks only.)
 pub const REMAINDER_WINDOW: u64 = 4;
+/// Longest line (compact bytes) kept as a head whose message may come on the next line.
+const MAX_HEAD_BYTES: usize = 512;
 /// A launcher's `Killing subprocess` within this many lines after another failure of the job (or
 /// while a traceback is open) is the launcher's reaction to that failure, not a host OOM.
 pub const LAUNCHER_GRACE: u64 = 64;
@@ -657,6 +660,10 @@ pub struct LogParser {
     profile: Option<(u64, String)>,
     /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
     timed_out: VecDeque<u32>,
+    /// The previous line when it started nothing and ended in a colon: a head whose message a
+    /// hard wrap moved to the next line (`…State.hs:86 (unhandled): CUDA Exception:` / `out of
+    /// memory`). Its number, raw text, compact text and origin.
+    head: Option<(u64, String, String, Origin)>,
 }
 
 impl LogParser {
@@ -733,7 +740,27 @@ impl LogParser {
                     .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
                 symptom.as_ref().map(|_| Family::Host)
             });
-        if let Some(family) = family {
+        let head = self.head.take();
+        let wrapped = match (family, head) {
+            (None, Some((number, head_raw, head_c, head_origin))) if head_origin.compatible(&origin) => {
+                frameworks::detect(&format!("{head_c}{c}"))
+                    .map(|f| (f, number, head_raw, head_c, head_origin))
+            }
+            _ => None,
+        };
+        if family.is_none() && wrapped.is_none() && c.ends_with(':') && c.len() <= MAX_HEAD_BYTES {
+            self.head = Some((self.line, raw.to_owned(), c.clone(), origin.clone()));
+        }
+        if let Some((family, number, head_raw, head_c, head_origin)) = wrapped {
+            // The head and its wrapped message: one failure that starts at the head.
+            let this_line = self.line;
+            self.line = number;
+            self.start(family, &head_raw, &head_c, head_origin, None, &mut out);
+            self.line = this_line;
+            if let Some(p) = self.pending.last_mut() {
+                p.push_line(raw, &c, &origin);
+            }
+        } else if let Some(family) = family {
             self.start(family, raw, &c, origin, symptom, &mut out);
         } else {
             self.work += c.len() * self.pending.len();
@@ -1018,7 +1045,8 @@ impl LogParser {
                 && (numbered
                     || r.signature == p.signature
                     || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW)
-                    || p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
+                    || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
+                        && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
         });
         if dup {
             self.duplicates += 1;

@@ -546,3 +546,19 @@ fn remainder_of_a_failure() {
     twice.push("RuntimeError: CUDA error: out of memory, again later");
     assert_eq!(parse_all(twice).len(), 2);
 }
+
+/// A head hard-wrapped before its message (`… CUDA Exception:` / `out of memory`) is one failure
+/// from the head's line; a colon-ended line followed by other output is nothing.
+#[test]
+fn head_wrapped_before_its_message() {
+    let events = parse_all([
+        "*** Internal error in package accelerate ***",
+        "./Data/Array/Accelerate/CUDA/State.hs:86 (unhandled): CUDA Exception:",
+        "out of memory",
+        "",
+        "     544,868,344 bytes allocated in the heap",
+    ]);
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.line)).collect();
+    assert_eq!(kinds, [("cuda_oom", 2)]);
+    assert!(parse_all(["Results:", "out of memory errors: 0", "done"]).is_empty());
+}
