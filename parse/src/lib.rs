@@ -29,12 +29,18 @@
 //! make one event, whose `line` is the first line (the `Traceback` line when there is one).
 //! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
 //! skipped, not swallowed. C++'s `terminate called after throwing an instance of
-//! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure.
+//! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure. So are a head
+//! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), PyTorch 1.x's message
+//! wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
+//! lines reporting it, and a failure with numbers and its advice a few lines on without them
+//! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`). Jupyter
+//! restarting a kernel that failed on its own is not a second (host) failure.
 //!
 //! **Recovered is not failed.** Warnings that only look like failures make no event: TensorFlow's
 //! BFC allocator retrying with less (`The caller indicates that this is not a failure`), TensorRT's
 //! builder refused a tactic's workspace and `Skipping tactic … due to insufficient memory`,
-//! SGLang's `Decode out of memory happened` (it retracted requests to make room).
+//! SGLang's `Decode out of memory happened` (it retracted requests to make room), vLLM's advice
+//! `If you are running out of memory, consider decreasing gpu_memory_utilization`.
 //!
 //! **A traceback that names the failure.** IPython heads its traceback with the exception's name
 //! (`ResourceExhaustedError      Traceback (most recent call last)`); when that name is an
