@@ -1,4 +1,4 @@
-//! Cost of explaining real OOM messages offline (`oomlens explain`): the 581 messages of the corpus
+//! Cost of explaining real OOM messages offline (`oomlens explain`): every message of the corpus
 //! (`corpus/`), each parsed and attributed — parse (the agent's parsers: log framing, every
 //! family, traceback phase, host symptoms, hints) → event → evidence → features → rules — against
 //! parsing alone (the baseline measured in the same run), and the attribution of already parsed

@@ -86,6 +86,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("out_of_resources")
         || c.contains("vram")
         || c.contains("cublashandle")
+        || c.contains("cublascreate(handle)")
+        || c.contains("failedwitherror2")
         || c.contains("enoughgpuram")
         || c.contains("dsttensorisnotinitialized"))
     {
@@ -148,7 +150,12 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Paddle);
     }
-    if c.contains("cublas_status_alloc_failed") {
+    // cuBLAS could not create its handle: `CUBLAS_STATUS_NOT_INITIALIZED when calling
+    // `cublasCreate(handle)`` is how PyTorch reports the handle's workspace allocation failing on
+    // a full GPU (without `cublasCreate` it says nothing of memory).
+    if c.contains("cublas_status_alloc_failed")
+        || (c.contains("cublas_status_not_initialized") && c.contains("cublascreate(handle)"))
+    {
         return Some(Family::Cublas);
     }
     if c.contains("cudnn_status_alloc_failed") {
@@ -226,10 +233,10 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("failedtoallocatecomputeppbuffers")
         // Early llama.cpp's fixed context pool, sized from the batch: `ggml_new_tensor_impl: not
         // enough space in the context's memory pool (needed 819409712, available 805306368)`.
-        || c.contains("notenoughspaceinthecontext'smemorypool")
+        || (c.contains("notenoughspaceinthe") && c.contains("memorypool(needed"))
         // ggml's Vulkan backend: `ggml_vulkan: Device memory allocation of size N failed.`,
         // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
-        || (c.contains("ggml_vulkan:devicememoryallocationofsize") && c.contains("failed"))
+        || (c.contains("ggml_vulkan:") && c.contains("memoryallocationofsize") && c.contains("failed"))
         || c.contains("erroroutofdevicememory")
         // node-llama-cpp's check before it creates a context: `A context size of 4096 is too
         // large for the available VRAM`.
@@ -409,6 +416,22 @@ fn cuda_runtime(c: &str) -> bool {
         // OpenFold3's runner logs the OOM it caught per query: `ERROR:openfold3.projects.
         // of3_all_atom.runner:OOM for query_id(s) BM50-P19.`
         || c.contains("oomforquery_id")
+        // cuRAND's generator could not allocate its state: `CURANDError:
+        // CURAND_STATUS_ALLOCATION_FAILED`.
+        || c.contains("curand_status_allocation_failed")
+        // Thrust's device allocator, its `what():` line cut off (also with a typographic quote).
+        || c.contains("throwinganinstanceof'thrust::system::detail::bad_alloc")
+        // tiny-cuda-nn (instant-ngp): `cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with
+        // error out of memory`, also cut inside its last word.
+        || (c.contains("cudamalloc(") && c.contains("failedwitherroroutofmemor"))
+        // A CUDA extension's check (spconv in mmdet3d): `cuda execution failed with error 2` (2
+        // is cudaErrorMemoryAllocation).
+        || after(c, "cudaexecutionfailedwitherror2", 0).is_some_and(|e| !c[e..].starts_with(|ch: char| ch.is_ascii_digit()))
+        // HugeCTR's GPU buffers: `Runtime error: out of memory …/HugeCTR/include/general_buffer.hpp:64`.
+        || (c.contains("runtimeerror:outofmemory") && c.contains("hugectr"))
+        // ThunderSVM on the GPU: `FATAL [default] out of memory, you may try "-m memory size" to
+        // constrain memory usage` (its host-side `out of host memory` is `host.rs`).
+        || c.contains("outofmemory,youmaytry\"-mmemorysize\"")
     {
         return true;
     }
@@ -892,7 +915,7 @@ fn ggml(c: &str, f: &mut Fields) {
     {
         f.requested.get_or_insert(v);
     }
-    if let Some((v, _)) = after(c, "devicememoryallocationofsize", 0).and_then(|p| uint_at(c, p)) {
+    if let Some((v, _)) = after(c, "memoryallocationofsize", 0).and_then(|p| uint_at(c, p)) {
         f.requested.get_or_insert(v);
     }
     if let Some((v, e)) = after(c, "memorypool(needed", 0).and_then(|p| uint_at(c, p)) {
@@ -1046,6 +1069,10 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "catboost"
         } else if c.contains("oomforquery_id") {
             "openfold"
+        } else if c.contains("hugectr") {
+            "hugectr"
+        } else if c.contains("youmaytry\"-mmemorysize\"") {
+            "thundersvm"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
@@ -1317,6 +1344,8 @@ mod tests {
             // A guess in front of another error, and a request the allocator retries smaller.
             "Could not predict job_1. Not Enough GPU memory? INTERNAL: RET_CHECK failure (external/gpu_compiler.cc:627) dnn != nullptr",
             "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED",
+            "cuda execution failed with error 20",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {

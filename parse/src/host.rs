@@ -145,6 +145,8 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["cannot allocate memory (12)"], HostEvidence::Allocation, "python"),
     (&["fail to alloc memory of", "error code is 12"], HostEvidence::Allocation, "paddle"),
     (&["arraymemoryerror"], HostEvidence::Allocation, "numpy"),
+    // ThunderSVM's host buffers: `FATAL [default] out of host memory`.
+    (&["[default] out of host memory"], HostEvidence::Allocation, "thundersvm"),
     // Rust's global allocator aborting (tokenizers, a Rust data loader): `memory allocation of
     // 2097152 bytes failed`.
     (&["memory allocation of ", " bytes failed"], HostEvidence::Allocation, "rust"),
@@ -184,7 +186,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if t.is_empty() || t.len() > 2048 {
         return None;
     }
-    let l = t.to_ascii_lowercase();
+    let mut l = t.to_ascii_lowercase();
+    // A re-typed paste in a Chinese input method: full-width `（pid 27631）`, `signal：killed`.
+    if l.contains(['（', '）', '：']) {
+        l = l.replace('（', " (").replace('）', ") ").replace('：', ": ");
+    }
     // Cheap gate: every symptom has one of these words.
     if !(l.contains("kill")
         || l.contains("memory")
@@ -210,6 +216,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("kernelrestarter")
         || l.contains("cpu buffer")
         || l.contains("auslagerungsdatei")
+        || l.starts_with("bus error")
         || t.contains("页面文件太小")
         || l.contains("cpu_buffer")
         || t.contains(KILLED_ZH))
@@ -218,7 +225,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     // PyTorch's DataLoader.
     // PaddlePaddle words it `DataLoader process (pid 3063) exited is killed by signal: Killed`.
-    if (l.contains("dataloader worker") || l.contains("dataloader process")) && l.contains("killed by signal")
+    if (l.contains("dataloader worker") || l.contains("dataloader process") || l.starts_with("worker (pid"))
+        && l.contains("killed by signal")
     {
         let pid = number_after(&l, "(pid ");
         let fw = if l.contains("dataloader process") { "paddle" } else { "pytorch" };
@@ -322,6 +330,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if ["exit code -9", "exit status -9"].iter().any(|w| ends_word(&l, w)) {
         return sym(Sigkill, "shell", None);
     }
+    // PyTorch-BigGraph's pool: `RuntimeError: A subprocess exited unexpectedly with status -9`.
+    if ends_word(&l, "exited unexpectedly with status -9") {
+        return sym(Sigkill, "python", None);
+    }
     if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
         return sym(Sigkill, "deepspeed", None);
     }
@@ -359,6 +371,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if let Some(s) = killed_line(t) {
         return Some(s);
+    }
+    // The shell's report of SIGBUS alone (`Bus error (core dumped)`): for a training job, its
+    // shared memory (`/dev/shm`, a container's 64 MB default) ran out under a memory map.
+    if l == "bus error" || l == "bus error (core dumped)" {
+        return sym(Shm, "shell", None);
     }
     if l.contains("killing subprocess") {
         return sym(Launcher, "launcher", None);
@@ -638,6 +655,10 @@ mod tests {
                 "memory allocation of memory allocation of 20971522097152 bytes failed",
                 (Allocation, "rust", None),
             ),
+            ("2017-12-31 02:15:06,078 FATAL [default] out of host memory", (Allocation, "thundersvm", None)),
+            ("worker（pid 27631）is killed by signal：killed", (Sigkill, "pytorch", Some(27631))),
+            ("RuntimeError: A subprocess exited unexpectedly with status -9", (Sigkill, "python", None)),
+            ("Bus error (core dumped)", (Shm, "shell", None)),
             (
                 "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
                 (Explicit, "ray", None),
@@ -703,6 +724,8 @@ mod tests {
             "see line 3: 12 killed processes",
             "./train.sh: line 26: 21899 Killed: 15   python train.py",
             "3 Killed | 4 alive",
+            "A subprocess exited unexpectedly with status -97",
+            "Bus error while reading the disk",
             "loss: 2.1371 killed",
             "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory",
         ] {
