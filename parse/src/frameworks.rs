@@ -94,7 +94,9 @@ pub fn detect(c: &str) -> Option<Family> {
         return None;
     }
     // Warnings that only look like failures: TensorFlow's BFC allocator retrying with less.
-    if c.contains("thecallerindicatesthatthisisnotafailure") {
+    // DataParallel's wrapper of a replica's OOM names the failure whose own message follows it
+    // (`LogParser` marks the traceback instead).
+    if c.contains("thecallerindicatesthatthisisnotafailure") || replica_wrapper(c) {
         return None;
     }
     if c.contains("outofmemoryallocating") || c.contains("outofmemorytoallocate") {
@@ -213,6 +215,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || (c.contains("failedtoallocate") && c.contains("bytesfornewconstant"))
         // XLA's status alone, as an issue title carries it: `RESOURCE_EXHAUSTED: Out of memory`.
         || c.contains("resource_exhausted:outofmemory")
+        // Older jaxlib (AlphaFold 2): `RuntimeError: Resource exhausted: Out of memory`.
+        || c.contains("resourceexhausted:outofmemory")
     {
         return Some(Family::Jax);
     }
@@ -483,6 +487,12 @@ fn gpu_memory_ran_out(c: &str) -> bool {
     RAN_OUT.iter().any(|w| c.contains(w))
         && !FALLS_BACK.iter().any(|w| c.contains(w))
         && !c.contains("notenoughgpumemory?")
+}
+
+/// DataParallel's re-raise of a replica's failure: `torch.OutOfMemoryError: Caught
+/// OutOfMemoryError in replica 0 on device 0.` (its `Original Traceback` and message follow).
+pub fn replica_wrapper(c: &str) -> bool {
+    c.contains("caughtoutofmemoryerrorinreplica")
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same

@@ -122,6 +122,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // ollama's check before loading: `Error: model requires more system memory (12.5 GiB) than is
     // available (8.2 GiB)`.
     (&["model requires more system memory"], HostEvidence::Explicit, "ollama"),
+    // The kernel's OOM-killer line quoted with its middle elided (`Out of memory: Killed …
+    // anon-rss 6.0 GB`): the kernel parser needs its pid; the words are the kernel's.
+    (&["out of memory: killed", "anon-rss"], HostEvidence::Explicit, "kernel"),
     // The tail of Ray's OOM-kill message, its head cut: `Refer to the documentation on how to
     // address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html`.
     (&["how to address the out of memory issue"], HostEvidence::Explicit, "ray"),
@@ -659,6 +662,7 @@ mod tests {
             ("worker（pid 27631）is killed by signal：killed", (Sigkill, "pytorch", Some(27631))),
             ("RuntimeError: A subprocess exited unexpectedly with status -9", (Sigkill, "python", None)),
             ("Bus error (core dumped)", (Shm, "shell", None)),
+            ("Out of memory: Killed … anon-rss 6.0 GB", (Explicit, "kernel", None)),
             (
                 "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
                 (Explicit, "ray", None),

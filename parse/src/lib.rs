@@ -646,6 +646,8 @@ impl Pending {
 #[derive(Debug)]
 struct Recent {
     fields: Fields,
+    /// A host-memory symptom (the kind of the event).
+    host: bool,
     framework: &'static str,
     key: String,
     signature: String,
@@ -957,6 +959,12 @@ impl LogParser {
         };
         let tb = &mut self.tracebacks[i];
         tb.push(raw);
+        // DataParallel re-raises a replica's OOM as `torch.OutOfMemoryError: Caught
+        // OutOfMemoryError in replica 0 on device 0.` and prints the original traceback and
+        // message after it: that message is the event; the wrapper only names the traceback.
+        if frameworks::replica_wrapper(&text::compact(body)) {
+            tb.named = Some(Family::Torch);
+        }
         if is_frame(body) {
             tb.since_exception = None;
         } else {
@@ -1041,8 +1049,19 @@ impl LogParser {
             fields.pid = h.pid;
         }
         let end = self.line;
+        // One death, several reports: a host-memory symptom after another one of the same stream
+        // (the shell's `Killed` and the scheduler's summary after the job's output, Slurm's `task 0:
+        // Out Of Memory` and its `oom-kill event` line, each DataLoader worker killed) is the
+        // same failure.
+        let same_death = |r: &Recent| {
+            r.host
+                && p.family == Family::Host
+                && end.saturating_sub(r.ended) <= DEDUP_WINDOW
+                && (r.key.is_empty() || p.origin.key.is_empty() || r.key == p.origin.key)
+        };
         let dup = self.recent.iter().any(|r| {
-            r.framework == framework
+            same_death(r)
+                || r.framework == framework
                 && end.saturating_sub(r.ended) <= DEDUP_WINDOW
                 && (r.key.is_empty() || p.origin.key.is_empty() || r.key == p.origin.key)
                 && fields.subsumed_by(&r.fields)
@@ -1063,6 +1082,7 @@ impl LogParser {
         }
         self.recent.push_back(Recent {
             fields: fields.clone(),
+            host: p.family == Family::Host,
             framework,
             key: p.origin.key.clone(),
             signature: p.signature,

@@ -562,3 +562,47 @@ fn head_wrapped_before_its_message() {
     assert_eq!(kinds, [("cuda_oom", 2)]);
     assert!(parse_all(["Results:", "out of memory errors: 0", "done"]).is_empty());
 }
+
+/// DataParallel's wrapper and the replica's own message after its original traceback are one
+/// failure, from the wrapper's traceback; the wrapper alone (a paste cut after it) still is one.
+#[test]
+fn data_parallel_replica_failure() {
+    let mut lines = vec![
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 8, in <module>",
+        "    output = model(x)",
+        "torch.OutOfMemoryError: Caught OutOfMemoryError in replica 0 on device 0.",
+        "Original Traceback (most recent call last):",
+    ];
+    let frames =
+        ["  File \"parallel_apply.py\", line 96, in _worker", "    output = module(*input, **kwargs)"];
+    for _ in 0..20 {
+        lines.extend(frames);
+    }
+    lines.push(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 63.98 GiB of which 350.00 MiB is free.",
+    );
+    let events = parse_all(lines.clone());
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!((events[0].line, events[0].fields.requested.is_some()), (1, true));
+    let cut = parse_all(lines[..5].to_vec());
+    assert_eq!(cut.len(), 1);
+    assert_eq!((cut[0].kind.as_str(), cut[0].framework), ("cuda_oom", "pytorch"));
+}
+
+/// Several reports of one host-memory death (the shell's `Killed`, the scheduler's lines after
+/// the job's output) are one failure.
+#[test]
+fn one_death_several_reports() {
+    let mut lines = vec!["/zhome/.lsbatch/1.shell: line 14: 11577 Killed                  python main.py"];
+    lines.extend(["job output"; 30]);
+    lines.push("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.");
+    lines.push("Exited with exit code 137.");
+    assert_eq!(parse_all(lines).len(), 1);
+    let slurm = [
+        "srun: error: tiger-i23g11: task 0: Out Of Memory",
+        "srun: Terminating job step 3955284.0",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in step 3955284.0 cgroup.",
+    ];
+    assert_eq!(parse_all(slurm).len(), 1);
+}
