@@ -372,6 +372,13 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         return sym(Sigkill, "shell", None);
     }
+    // Nextflow: `Process `align (19)` terminated with an error exit status (137)`, `The exit status
+    // of the task that caused the workflow execution to fail was: 137.`
+    if l.contains("terminated with an error exit status (137)")
+        || ends_word(&l, "caused the workflow execution to fail was: 137")
+    {
+        return sym(Sigkill, "nextflow", None);
+    }
     if let Some(s) = killed_line(t) {
         return Some(s);
     }
@@ -662,6 +669,10 @@ mod tests {
             ("worker（pid 27631）is killed by signal：killed", (Sigkill, "pytorch", Some(27631))),
             ("RuntimeError: A subprocess exited unexpectedly with status -9", (Sigkill, "python", None)),
             ("Bus error (core dumped)", (Shm, "shell", None)),
+            (
+                "  Process `pipeline:stranding:call_adapter_scan (19)` terminated with an error exit status (137)",
+                (Sigkill, "nextflow", None),
+            ),
             ("Out of memory: Killed … anon-rss 6.0 GB", (Explicit, "kernel", None)),
             (
                 "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
