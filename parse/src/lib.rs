@@ -786,7 +786,7 @@ impl LogParser {
                     self.start(Family::Torch, raw, &c, origin, None, &mut out);
                 }
                 None => {
-                    self.track_traceback(raw, body, origin.clone(), &mut out);
+                    self.track_traceback(raw, body, &c, origin.clone(), &mut out);
                     let mut i = 0;
                     while i < self.pending.len() {
                         let p = &mut self.pending[i];
@@ -922,7 +922,8 @@ impl LogParser {
             .or_else(|| self.tracebacks.iter().rposition(|tb| tb.origin.compatible(origin)))
     }
 
-    fn track_traceback(&mut self, raw: &str, body: &str, origin: Origin, out: &mut Vec<ParsedOom>) {
+    /// `c` is the compact form of `body`.
+    fn track_traceback(&mut self, raw: &str, body: &str, c: &str, origin: Origin, out: &mut Vec<ParsedOom>) {
         let open = self.traceback_of(&origin);
         let named = ipython_header(body);
         if body.starts_with("Traceback (most recent call last)") || named.is_some() {
@@ -962,7 +963,7 @@ impl LogParser {
         // DataParallel re-raises a replica's OOM as `torch.OutOfMemoryError: Caught
         // OutOfMemoryError in replica 0 on device 0.` and prints the original traceback and
         // message after it: that message is the event; the wrapper only names the traceback.
-        if frameworks::replica_wrapper(&text::compact(body)) {
+        if frameworks::replica_wrapper(c) {
             tb.named = Some(Family::Torch);
         }
         if is_frame(body) {
