@@ -4,10 +4,10 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
-//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
+//! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
 //! | Bfc | `Allocator (GPU_0_bfc) ran out of memory trying to allocate X (rounded to N)` + its dump | `tensorflow` or `jax` (by the logging source path / the final error) |
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory`, MIOpen's `Memory not available to allocate buffer: N` | `hip` |
@@ -88,6 +88,7 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("cublashandle")
         || c.contains("cublascreate(handle)")
         || c.contains("failedwitherror2")
+        || c.contains("curesulterror")
         || c.contains("enoughgpuram")
         || c.contains("dsttensorisnotinitialized"))
     {
@@ -137,7 +138,10 @@ pub fn detect(c: &str) -> Option<Family> {
     if c.contains("allocationondevice")
         && (c.contains("wouldexceedallowedmemory")
             || c.contains("outofmemoryerror:allocationondevice")
-            || c.contains("exceptionduringprocessing"))
+            || c.contains("exceptionduringprocessing")
+            // Its UI's report: `Error occurred when executing KSampler:`, a blank line, the
+            // message (joined by the parser's head).
+            || c.contains("erroroccurredwhenexecuting"))
     {
         return Some(Family::Torch);
     }
@@ -194,6 +198,9 @@ pub fn detect(c: &str) -> Option<Family> {
         || (c.contains("dsttensorisnotinitialized") && c.contains("device:gpu"))
         || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
             && c.contains(":failedtoallocatememory"))
+        // TensorFlow 1.x's session listing its root errors: `(0) Resource exhausted: failed to
+        // allocate memory` under `ResourceExhaustedError: 2 root error(s) found.`
+        || c.contains("resourceexhausted:failedtoallocatememory")
     {
         return Some(Family::TfTensor);
     }
@@ -431,6 +438,9 @@ fn cuda_runtime(c: &str) -> bool {
         // A CUDA extension's check (spconv in mmdet3d): `cuda execution failed with error 2` (2
         // is cudaErrorMemoryAllocation).
         || after(c, "cudaexecutionfailedwitherror2", 0).is_some_and(|e| !c[e..].starts_with(|ch: char| ch.is_ascii_digit()))
+        // The CUDA driver API's status 2 (CUDA_ERROR_OUT_OF_MEMORY) as torch_memory_saver
+        // prints it for its `cuMemCreate`: `CUresult error  result=2 file=… func=cu_mem_create`.
+        || after(c, "curesulterrorresult=2", 0).is_some_and(|e| !c[e..].starts_with(|ch: char| ch.is_ascii_digit()))
         // HugeCTR's GPU buffers: `Runtime error: out of memory …/HugeCTR/include/general_buffer.hpp:64`.
         || (c.contains("runtimeerror:outofmemory") && c.contains("hugectr"))
         // ThunderSVM on the GPU: `FATAL [default] out of memory, you may try "-m memory size" to
@@ -1314,6 +1324,11 @@ mod tests {
                 Family::Cuda,
             ),
             ("RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes", Family::Cuda),
+            (
+                "[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103 (5)",
+                Family::Cuda,
+            ),
+            ("  (0) Resource exhausted: failed to allocate memory", Family::TfTensor),
             ("[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY", Family::Cuda),
             ("vkAllocateMemory failed -2", Family::Cuda),
             (
@@ -1356,6 +1371,7 @@ mod tests {
             "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
             "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED",
             "cuda execution failed with error 20",
+            "[torch_memory_saver.cpp] CUresult error  result=201 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {

@@ -748,7 +748,9 @@ impl LogParser {
                     .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
                 symptom.as_ref().map(|_| Family::Host)
             });
-        let head = self.head.take();
+        // A blank line between a head and its message (ComfyUI's `Error occurred when executing
+        // KSampler:`, an empty line, `Allocation on device`) keeps the head.
+        let head = if c.is_empty() { None } else { self.head.take() };
         let wrapped = match (family, head) {
             (None, Some((number, head_raw, head_c, head_origin))) if head_origin.compatible(&origin) => {
                 frameworks::detect(&format!("{head_c}{c}"))

@@ -561,6 +561,18 @@ fn head_wrapped_before_its_message() {
     let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.line)).collect();
     assert_eq!(kinds, [("cuda_oom", 2)]);
     assert!(parse_all(["Results:", "out of memory errors: 0", "done"]).is_empty());
+    // ComfyUI's report puts a blank line between the node's head and the message.
+    let comfy = parse_all(["Error occurred when executing Diffree_Sampler:", "", "Allocation on device", ""]);
+    let kinds: Vec<_> = comfy.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+    assert_eq!(kinds, [("cuda_oom", "pytorch", 1)]);
+    assert!(
+        parse_all([
+            "Error occurred when executing KSampler:",
+            "",
+            "Expected all tensors to be on the same device"
+        ])
+        .is_empty()
+    );
 }
 
 /// DataParallel's wrapper and the replica's own message after its original traceback are one
