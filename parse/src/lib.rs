@@ -496,6 +496,11 @@ impl Traceback {
     }
 }
 
+/// Python's traceback header.
+fn traceback_header(body: &str) -> bool {
+    body.starts_with("Traceback (most recent call last)")
+}
+
 fn is_frame(body: &str) -> bool {
     body.starts_with([' ', '\t'])
         || body.starts_with("-->")
@@ -547,6 +552,14 @@ struct Pending {
     /// The last line taken was a frame printed after the message (a debugger's innermost-first
     /// frames): its source line may follow.
     after_frame: bool,
+    /// A traceback began right after the message and is being taken: a C-level check printed
+    /// before Python raises the error (old PyTorch's `THCudaCheck FAIL … error=2 : out of
+    /// memory`), or an application or logger that reports the error and then its traceback
+    /// (web UIs, `logging.exception`). Its frames place the failure; its exception line, when it
+    /// is the same failure again, ends it.
+    in_traceback: bool,
+    /// Where that traceback begins: its index in `raw` and its line number.
+    taken_traceback: Option<(usize, u64)>,
 }
 
 impl Pending {
@@ -561,8 +574,16 @@ impl Pending {
     }
 
     fn push_line(&mut self, raw: &str, compact: &str, origin: &Origin) {
-        self.after_frame = phase::frame_of(prefix::strip(raw).0).is_some();
+        let body = prefix::strip(raw).0;
+        self.after_frame = phase::frame_of(body).is_some();
+        self.in_traceback = traceback_header(body) || (self.in_traceback && is_frame(body));
         self.raw.push(raw);
+        self.idle = 0;
+        if self.in_traceback {
+            // Frames only place the failure (`phase_of` reads them from `raw`); its words and
+            // numbers are the message's.
+            return;
+        }
         let before = self.compact.len();
         if self.compact.len() + compact.len() <= MAX_COMPACT_BYTES {
             self.compact.push_str(compact);
@@ -621,6 +642,29 @@ impl Pending {
             || (family == Family::Ggml && self.llama_host_buffer())
     }
 
+    /// True when `body` is (the next line of) a traceback printed right after this event's message
+    /// ([`Self::in_traceback`]); not for an event that began with its own traceback, nor for a
+    /// host-memory symptom (a process killed from outside has no traceback of its failure).
+    fn takes_traceback(&self, body: &str) -> bool {
+        if self.in_traceback {
+            return is_frame(body) && !traceback_header(body);
+        }
+        !self.traceback && self.family != Family::Host && self.idle == 0 && traceback_header(body)
+    }
+
+    /// Gives up the traceback it took ([`Self::in_traceback`]) when that traceback ends in another
+    /// failure, whose own it is: its first line number and its lines.
+    fn give_up_traceback(&mut self) -> Option<(u64, RawLines)> {
+        let (at, line) = self.taken_traceback.take()?;
+        self.in_traceback = false;
+        let mut raw = RawLines::default();
+        for l in self.raw.lines.drain(at.min(self.raw.lines.len())..) {
+            self.raw.bytes = self.raw.bytes.saturating_sub(l.len() + 1);
+            raw.push(&l);
+        }
+        Some((line, raw))
+    }
+
     /// True when this event is llama.cpp's CPU backend refusing a host buffer: the engine's lines
     /// that follow (`llama_kv_cache_init: failed to allocate buffer for kv cache`, `failed to load
     /// model`) report that same failure.
@@ -629,6 +673,9 @@ impl Pending {
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
+        if self.takes_traceback(body) {
+            return true;
+        }
         if self.family == Family::Torch {
             // Frames printed after a complete message (debuggers print innermost first), each
             // with its source line.
@@ -779,7 +826,13 @@ impl LogParser {
                 .iter()
                 .rposition(|p| p.origin.compatible(&origin) && p.accepts(body, &c, &origin));
             match taker {
-                Some(i) => self.pending[i].push_line(raw, &c, &origin),
+                Some(i) => {
+                    let p = &mut self.pending[i];
+                    p.push_line(raw, &c, &origin);
+                    if p.in_traceback && p.taken_traceback.is_none() {
+                        p.taken_traceback = Some((p.raw.lines.len().saturating_sub(1), self.line));
+                    }
+                }
                 // PyTorch's advice on fragmentation, which only its OOM message prints, in a paste
                 // that begins inside it (`llocated memory try setting max_split_size_mb to avoid
                 // fragmentation.`): the message, cut before its numbers. (A line of an open
@@ -858,7 +911,10 @@ impl LogParser {
     ) {
         // The same failure printed again by another layer joins the open event.
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
-            p.origin.compatible(&origin) && (frameworks::absorbs(p.family, family) || p.announces(family, c))
+            p.origin.compatible(&origin)
+                && (frameworks::absorbs(p.family, family)
+                    || p.announces(family, c)
+                    || (p.in_traceback && p.family == family))
         }) {
             p.families |= family.bit();
             p.push_line(raw, c, &origin);
@@ -868,6 +924,14 @@ impl LogParser {
             }
             return;
         }
+        // A traceback an open event took after its message, ending in this other failure, is this
+        // failure's.
+        let given_up = self
+            .pending
+            .iter_mut()
+            .rev()
+            .find(|p| p.in_traceback && p.origin.compatible(&origin))
+            .and_then(Pending::give_up_traceback);
         // A new failure of the same stream ends the complete ones before it.
         let mut i = 0;
         while i < self.pending.len() {
@@ -882,12 +946,13 @@ impl LogParser {
             let p = self.pending.remove(0);
             self.close(p, out);
         }
-        let (start, raw_lines, traceback) = match self.traceback_of(&origin) {
-            Some(i) => {
+        let (start, raw_lines, traceback) = match (given_up, self.traceback_of(&origin)) {
+            (Some((line, raw)), _) => (line, raw, true),
+            (None, Some(i)) => {
                 let tb = self.tracebacks.remove(i);
                 (tb.start, tb.into_raw(), true)
             }
-            None => (self.line, RawLines::default(), false),
+            (None, None) => (self.line, RawLines::default(), false),
         };
         let mut p = Pending {
             family,
@@ -904,6 +969,8 @@ impl LogParser {
             host: None,
             traceback,
             after_frame: false,
+            in_traceback: false,
+            taken_traceback: None,
         };
         if family == Family::Vllm
             && let Some((at, profile)) = self.profile.take()
@@ -1002,6 +1069,8 @@ impl LogParser {
             host: None,
             traceback: true,
             after_frame: false,
+            in_traceback: false,
+            taken_traceback: None,
             raw: tb.into_raw(),
         };
         self.close(p, out);

@@ -575,6 +575,49 @@ fn head_wrapped_before_its_message() {
     );
 }
 
+/// A traceback printed right after its failure's message — old PyTorch's C-level check before
+/// Python raises it, an application that logs the error and then its traceback — is that
+/// failure's: its frames give the phase, and its exception line is the same failure, not a second
+/// one. A traceback that ends in another failure stays that failure's.
+#[test]
+fn traceback_after_its_message() {
+    let events = parse_all([
+        "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 381, in <module>",
+        "    model = model.cuda()",
+        "  File \"/usr/lib/python2.7/site-packages/torch/nn/modules/module.py\", line 216, in cuda",
+        "    return self._apply(lambda t: t.cuda(device))",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
+        "epoch 2",
+    ]);
+    let found: Vec<_> = events.iter().map(|e| (e.line, e.phase.as_ref().map(|p| p.phase))).collect();
+    assert_eq!(found, [(1, Some(Phase::Load))]);
+    let logged = parse_all([
+        "!!! Exception during processing !!! Allocation on device",
+        "Traceback (most recent call last):",
+        "  File \"ComfyUI/nodes.py\", line 1497, in sample",
+        "    images = vae.decode(samples[\"samples\"])",
+        "  File \"ComfyUI/comfy/sd.py\", line 9, in generate",
+        "    out = self.model.generate(x)",
+        "torch.OutOfMemoryError: Allocation on device",
+        "",
+        "Got an OOM, unloading all loaded models.",
+    ]);
+    let found: Vec<_> = logged.iter().map(|e| (e.line, e.phase.as_ref().map(|p| p.phase))).collect();
+    assert_eq!(found, [(1, Some(Phase::Inference))]);
+    // The traceback ends in another failure: each keeps its own lines.
+    let two = parse_all([
+        "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: 2,048 bytes).",
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 88, in <module>",
+        "    train()",
+        "RuntimeError: No executable batch size found, reached zero.",
+    ]);
+    let found: Vec<_> = two.iter().map(|e| (e.framework, e.line)).collect();
+    assert_eq!(found, [("cupy", 1), ("accelerate", 2)]);
+}
+
 /// DataParallel's wrapper and the replica's own message after its original traceback are one
 /// failure, from the wrapper's traceback; the wrapper alone (a paste cut after it) still is one.
 #[test]
