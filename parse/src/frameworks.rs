@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -90,7 +90,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("failedwitherror2")
         || c.contains("curesulterror")
         || c.contains("enoughgpuram")
-        || c.contains("dsttensorisnotinitialized"))
+        || c.contains("dsttensorisnotinitialized")
+        || c.contains("mambacacheblocks"))
     {
         return None;
     }
@@ -446,6 +447,20 @@ fn cuda_runtime(c: &str) -> bool {
         // ThunderSVM on the GPU: `FATAL [default] out of memory, you may try "-m memory size" to
         // constrain memory usage` (its host-side `out of host memory` is `host.rs`).
         || c.contains("outofmemory,youmaytry\"-mmemorysize\"")
+        // NVIDIA's video encoder could not open a session (NV_ENC_ERR_OUT_OF_MEMORY, 10) in
+        // NVEncC's words: `Error on nvEncOpenEncodeSessionEx: 10 (NVENC indicates that the API call
+        // failed because it was unable to allocate enough memory …)` (FFmpeg's `[h264_nvenc @ …]
+        // OpenEncodeSessionEx failed: out of memory (10)` is the generic rule's).
+        || (c.contains("nvencopenencodesessionex") && c.contains("unabletoallocateenoughmemory"))
+        // Blender Cycles' CUDA check (`Out of memory in cuStreamCreate(&cuda_stream_, …)`, also
+        // `cuMemAlloc`) and its device-memory message `System is out of GPU and shared host memory`.
+        || c.contains("outofmemoryincu")
+        || c.contains("systemisoutofgpu")
+        // cuML's check before a neighbours search: `Not enough free memory on device 0 to run
+        // kneighbors. needed=8589934592, free=7744913408`.
+        || c.contains("notenoughfreememoryondevice")
+        // MNN's CUDA backend: `Out of memory when gamma is acquired in CudaLayerNorm.`
+        || (c.contains("outofmemorywhen") && c.contains("isacquiredincuda"))
     {
         return true;
     }
@@ -474,7 +489,7 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("outofmemoryat[")
         || c.contains("outofmemoryat(")
         || (c.contains("outofmemory:failedtoallocate") && c.contains("ondevice"))
-        || ["cuda", "gpu", "cudamalloc", "cumemalloc", "vram"].iter().any(|w| before.contains(w))
+        || ["cuda", "gpu", "cudamalloc", "cumemalloc", "vram", "nvenc"].iter().any(|w| before.contains(w))
 }
 
 /// Other programs' words for the GPU's memory running out (Julia's CUDA.jl `Out of GPU memory
@@ -1329,6 +1344,25 @@ mod tests {
                 Family::Cuda,
             ),
             ("  (0) Resource exhausted: failed to allocate memory", Family::TfTensor),
+            (
+                "[h264_nvenc @ 0x46d8300] OpenEncodeSessionEx failed: out of memory (10): (no details)",
+                Family::Cuda,
+            ),
+            (
+                "nvenc : Error on nvEncOpenEncodeSessionEx: 10 (NVENC indicates that the API call failed because it was unable to allocate enough memory to perform the requested operation.)",
+                Family::Cuda,
+            ),
+            (
+                "Out of memory in cuStreamCreate(&cuda_stream_, CU_STREAM_NON_BLOCKING) (C:\\blender\\intern\\cycles\\device\\cuda\\queue.cpp:21)",
+                Family::Cuda,
+            ),
+            ("System is out of GPU and shared host memory", Family::Cuda),
+            (
+                "Not enough free memory on device 0 to run kneighbors. needed=8589934592, free=7744913408",
+                Family::Cuda,
+            ),
+            ("Out of memory when gamma is acquired in CudaLayerNorm.", Family::Cuda),
+            ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (614).", Family::Vllm),
             ("[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY", Family::Cuda),
             ("vkAllocateMemory failed -2", Family::Cuda),
             (
