@@ -33,8 +33,12 @@
 //! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), PyTorch 1.x's message
 //! wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
 //! lines reporting it, and a failure with numbers and its advice a few lines on without them
-//! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`). Jupyter
-//! restarting a kernel that failed on its own is not a second (host) failure.
+//! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`), and a
+//! traceback printed right after its message (old PyTorch's `THCudaCheck FAIL` before Python
+//! raises it, a UI or logger that reports the error and then its traceback) with the exception
+//! line that ends it — unless that line is another failure, whose traceback it is. A blank line
+//! between a head and its message (ComfyUI's `Error occurred when executing X:`) keeps the head.
+//! Jupyter restarting a kernel that failed on its own is not a second (host) failure.
 //!
 //! **Recovered is not failed.** Warnings that only look like failures make no event: TensorFlow's
 //! BFC allocator retrying with less (`The caller indicates that this is not a failure`), TensorRT's
