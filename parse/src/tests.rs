@@ -581,6 +581,9 @@ fn head_wrapped_before_its_message() {
 /// one. A traceback that ends in another failure stays that failure's.
 #[test]
 fn traceback_after_its_message() {
+    let phases = |events: Vec<ParsedOom>| -> Vec<(u64, Option<Phase>)> {
+        events.iter().map(|e| (e.line, e.phase.as_ref().map(|p| p.phase))).collect()
+    };
     let events = parse_all([
         "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
         "Traceback (most recent call last):",
@@ -591,8 +594,7 @@ fn traceback_after_its_message() {
         "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
         "epoch 2",
     ]);
-    let found: Vec<_> = events.iter().map(|e| (e.line, e.phase.as_ref().map(|p| p.phase))).collect();
-    assert_eq!(found, [(1, Some(Phase::Load))]);
+    assert_eq!(phases(events), [(1, Some(Phase::Load))]);
     let logged = parse_all([
         "!!! Exception during processing !!! Allocation on device",
         "Traceback (most recent call last):",
@@ -604,8 +606,7 @@ fn traceback_after_its_message() {
         "",
         "Got an OOM, unloading all loaded models.",
     ]);
-    let found: Vec<_> = logged.iter().map(|e| (e.line, e.phase.as_ref().map(|p| p.phase))).collect();
-    assert_eq!(found, [(1, Some(Phase::Inference))]);
+    assert_eq!(phases(logged), [(1, Some(Phase::Inference))]);
     // The traceback ends in another failure: each keeps its own lines.
     let two = parse_all([
         "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: 2,048 bytes).",
