@@ -833,7 +833,7 @@ impl LogParser {
                 Some(i) => {
                     let p = &mut self.pending[i];
                     p.push_line(raw, &c, &origin);
-                    if p.in_traceback && p.taken_traceback.is_none() {
+                    if p.in_traceback && traceback_header(body) {
                         p.taken_traceback = Some((p.raw.lines.len().saturating_sub(1), self.line));
                     }
                 }

@@ -617,6 +617,21 @@ fn traceback_after_its_message() {
     ]);
     let found: Vec<_> = two.iter().map(|e| (e.framework, e.line)).collect();
     assert_eq!(found, [("cupy", 1), ("accelerate", 2)]);
+    // Its own traceback and exception line first, then one that ends in another failure: the
+    // second traceback alone is given up.
+    let chained = parse_all([
+        "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 381, in <module>",
+        "    model = model.cuda()",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 88, in <module>",
+        "    train()",
+        "RuntimeError: No executable batch size found, reached zero.",
+    ]);
+    let found: Vec<_> = chained.iter().map(|e| (e.framework, e.line, e.lines.len())).collect();
+    assert_eq!(found, [("cuda", 1, 5), ("accelerate", 6, 4)]);
 }
 
 /// DataParallel's wrapper and the replica's own message after its original traceback are one
