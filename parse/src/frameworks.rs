@@ -401,8 +401,7 @@ fn cuda_runtime(c: &str) -> bool {
         // Vulkan renderers: `VkResult: ERROR_OUT_OF_DEVICE_MEMORY`; ncnn (waifu2x, Upscayl):
         // `vkAllocateMemory failed -2` (-2 is VK_ERROR_OUT_OF_DEVICE_MEMORY).
         || c.contains("vkresult:error_out_of_device_memory")
-        || after(c, "vkallocatememoryfailed-2", 0)
-            .is_some_and(|e| !c.get(e..).is_some_and(|r| r.starts_with(|ch: char| ch.is_ascii_digit())))
+        || ends_code(c, "vkallocatememoryfailed-2")
         // Theano's CNMeM pool: `Error allocating 52428800 bytes of device memory
         // (CNMEM_STATUS_OUT_OF_MEMORY).`, `initCnmem: cnmemInit call failed!
         // Reason=CNMEM_STATUS_OUT_OF_MEMORY` (not its warning that falls back to pinned memory).
@@ -438,10 +437,10 @@ fn cuda_runtime(c: &str) -> bool {
         || (c.contains("cudamalloc(") && c.contains("failedwitherroroutofmemor"))
         // A CUDA extension's check (spconv in mmdet3d): `cuda execution failed with error 2` (2
         // is cudaErrorMemoryAllocation).
-        || after(c, "cudaexecutionfailedwitherror2", 0).is_some_and(|e| !c[e..].starts_with(|ch: char| ch.is_ascii_digit()))
+        || ends_code(c, "cudaexecutionfailedwitherror2")
         // The CUDA driver API's status 2 (CUDA_ERROR_OUT_OF_MEMORY) as torch_memory_saver
         // prints it for its `cuMemCreate`: `CUresult error  result=2 file=… func=cu_mem_create`.
-        || after(c, "curesulterrorresult=2", 0).is_some_and(|e| !c[e..].starts_with(|ch: char| ch.is_ascii_digit()))
+        || ends_code(c, "curesulterrorresult=2")
         // HugeCTR's GPU buffers: `Runtime error: out of memory …/HugeCTR/include/general_buffer.hpp:64`.
         || (c.contains("runtimeerror:outofmemory") && c.contains("hugectr"))
         // ThunderSVM on the GPU: `FATAL [default] out of memory, you may try "-m memory size" to
@@ -669,6 +668,13 @@ const REQUEST_BEFORE: &[&str] = &[
 /// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
 /// `[metal::malloc]` tag: `Attempting to allocate N bytes which is greater than the maximum allowed
 /// buffer size of M bytes.`
+/// True when `c` contains `needle`, which ends in an error code, with no further digit after it
+/// (`… error 2` is an out-of-memory code, `… error 20` is not).
+fn ends_code(c: &str, needle: &str) -> bool {
+    after(c, needle, 0)
+        .is_some_and(|e| !c.get(e..).is_some_and(|r| r.starts_with(|ch: char| ch.is_ascii_digit())))
+}
+
 fn mlx_buffer_limit(c: &str) -> bool {
     c.contains("attemptingtoallocate") && c.contains("whichisgreaterthanthemaximumallowedbuffersize")
 }
