@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -460,6 +460,16 @@ fn cuda_runtime(c: &str) -> bool {
         || c.contains("notenoughfreememoryondevice")
         // MNN's CUDA backend: `Out of memory when gamma is acquired in CudaLayerNorm.`
         || (c.contains("outofmemorywhen") && c.contains("isacquiredincuda"))
+        // Early Caffe's check prints the call, not the words: `Check failed:
+        // (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)` (2: cudaErrorMemoryAllocation).
+        || (c.contains("(cudamalloc(") && c.contains("==cudasuccess(2vs.0)"))
+        // The Spark RAPIDS Accelerator's handler of a refused device allocation (its pool's
+        // spilling could not make room): `DeviceMemoryEventHandler: Device allocation of 345571976
+        // bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes.`
+        || (c.contains("devicememoryeventhandler:deviceallocationof") && c.contains("bytesfailed"))
+        // Intel Gaudi's device memory (PyTorch on HPU): `FATAL ERROR :: MODULE:PT_DEVMEM Allocation
+        // failed for size::469762048 (448)MB`.
+        || c.contains("pt_devmemallocationfailedforsize::")
     {
         return true;
     }
@@ -663,6 +673,10 @@ const REQUEST_BEFORE: &[&str] = &[
     "outofgpumemorytryingtoallocate",
     // TensorFlow 1.x: `Ran out of GPU memory when allocating 1294336000 bytes for`.
     "ranoutofgpumemorywhenallocating",
+    // Spark RAPIDS: `Device allocation of 345571976 bytes failed`.
+    "devicememoryeventhandler:deviceallocationof",
+    // Intel Gaudi: `Allocation failed for size::469762048 (448)MB`.
+    "pt_devmemallocationfailedforsize::",
 ];
 
 /// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
@@ -737,6 +751,10 @@ pub fn extract(c: &str, f: &mut Fields) {
         && c.get(e..).is_some_and(|r| r.starts_with("bytes"))
     {
         f.requested.get_or_insert(v);
+    }
+    // Spark RAPIDS: `Total RMM allocated is 9319438848 bytes` (its pool's allocations).
+    if let Some((v, _)) = after(c, "totalrmmallocatedis", 0).and_then(|p| uint_at(c, p)) {
+        f.allocated.get_or_insert(v);
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -1125,8 +1143,10 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "jax"
         } else if c.contains("xgboost") {
             "xgboost"
-        } else if c.contains("rmmfailure") || c.contains("/rmm/") {
+        } else if c.contains("rmmfailure") || c.contains("/rmm/") || c.contains("devicememoryeventhandler") {
             "rapids"
+        } else if c.contains("pt_devmem") {
+            "habana"
         } else if c.contains("turbomind") || c.contains("lmdeploy") {
             "lmdeploy"
         } else if c.contains("[trt]") || c.contains("virtualmemorybuffer") || c.contains("ibuilderconfig") {
@@ -1368,6 +1388,18 @@ mod tests {
                 Family::Cuda,
             ),
             ("Out of memory when gamma is acquired in CudaLayerNorm.", Family::Cuda),
+            (
+                "F0111 syncedmem.cpp:45] Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0) ",
+                Family::Cuda,
+            ),
+            (
+                "INFO DeviceMemoryEventHandler: Device allocation of 345571976 bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes.",
+                Family::Cuda,
+            ),
+            (
+                "RuntimeError: [Rank:7] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::469762048 (448)MB",
+                Family::Cuda,
+            ),
             ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (614).", Family::Vllm),
             ("[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY", Family::Cuda),
             ("vkAllocateMemory failed -2", Family::Cuda),
@@ -1410,6 +1442,8 @@ mod tests {
             "Could not predict job_1. Not Enough GPU memory? INTERNAL: RET_CHECK failure (external/gpu_compiler.cc:627) dnn != nullptr",
             "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
             "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED",
+            "Check failed: (cudaMemcpy(a, b, n, cudaMemcpyDefault)) == cudaSuccess (2 vs. 0)",
+            "DeviceMemoryEventHandler: Device allocation of 345571976 bytes succeeded after spilling",
             "cuda execution failed with error 20",
             "[torch_memory_saver.cpp] CUresult error  result=201 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
@@ -1441,6 +1475,12 @@ mod tests {
             "Could not allocate tensor with 2025000000 bytes. There is not enough GPU video memory available!",
         );
         assert_eq!(f.requested, Some(2_025_000_000));
+        let f = fields(
+            "INFO DeviceMemoryEventHandler: Device allocation of 345571976 bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes.",
+        );
+        assert_eq!((f.requested, f.allocated), (Some(345_571_976), Some(9_319_438_848)));
+        let f = fields("FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::469762048 (448)MB");
+        assert_eq!(f.requested, Some(469_762_048));
         let f = fields(
             "(NCudaLib::TOutOfMemoryError) /src/catboost/catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:303: Error: Out of memory. Requested 8880 MB; Free 5902.061425 MB",
         );

@@ -19,7 +19,7 @@
 //! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers`; node-llama-cpp: `A context size of N is too large for the available VRAM` |
 //! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`, old PyTorch's generator states `out of memory at …/THCTensorRandom.cu:25`) |
-//! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`) |
+//! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`); Theano's CNMeM pool could not reserve its share (`cnmemInit call failed`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
 //! | `weight_tensor` | TensorFlow's refused tensor has a convolution kernel's shape (`[kh,kw,in,out]`, `[k,k,k,in,out]`; sides 2–7, channels ≤ 16384): a variable, its gradient or an optimizer slot (`tensor_role`) |
 //! | `batch_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 whose first (batch) dimension is 4 or more (not rank 3 ending in 1–4 channels: one image, `[150,600,3]`) |
@@ -67,6 +67,9 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["fromdevice:cuda_error_out_of_memory"], "device_preallocation"),
         (&["fromdevice:hiperror_t(1002)"], "device_preallocation"),
         (&["fromdevice:hip_error_outofmemory"], "device_preallocation"),
+        // Theano's CNMeM pool could not reserve its share of the device at start-up
+        // (`initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_OUT_OF_MEMORY`).
+        (&["cnmeminitcallfailed"], "device_preallocation"),
     ];
     HINTS.iter().find(|(words, _)| words.iter().all(|w| c.contains(w))).map(|(_, h)| *h)
 }
@@ -123,6 +126,10 @@ mod tests {
                 Some("cache_blocks"),
             ),
             ("RuntimeError: No executable batch size found, reached zero.", Some("batch_search_exhausted")),
+            (
+                "initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_OUT_OF_MEMORY. numdev=1",
+                Some("device_preallocation"),
+            ),
             (
                 "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
                 Some("context_creation"),

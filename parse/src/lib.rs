@@ -8,7 +8,8 @@
 //!   duplicates), [`ParsedOom`] and its conversions (wire event, JSON line, human summary).
 //! * `lines.rs` — container log framing: CRI, Docker json-file, plain ([`decode_line`],
 //!   [`LineDecoder`]).
-//! * `prefix.rs` — logger / glog / NCCL / vLLM / rank prefixes and what they say (pid, device).
+//! * `prefix.rs` — logger / glog / NCCL / vLLM / rank prefixes and quote markers, and what they say
+//!   (pid, device).
 //! * `pytorch.rs` — PyTorch's allocator message (1.0 … 2.x, ROCm).
 //! * `frameworks.rs` — every other family (CUDA runtime, cuBLAS, cuDNN, NCCL, TensorFlow, BFC,
 //!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
@@ -21,7 +22,7 @@
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
-//! * `text.rs` — the bounded view of a line and the compact (wrap-proof) form of a message.
+//! * `text.rs` — the bounded, cleaned view of a line and the compact (wrap-proof) form of a message.
 //!
 //! **One failure, one event.** A message hard-wrapped over several lines (even mid-word), the
 //! traceback before it, the trailer lines after it (CUDA hints, TensorFlow's `[[node …]]`, the
@@ -39,6 +40,16 @@
 //! line that ends it — unless that line is another failure, whose traceback it is. A blank line
 //! between a head and its message (ComfyUI's `Error occurred when executing X:`) keeps the head.
 //! Jupyter restarting a kernel that failed on its own is not a second (host) failure.
+//!
+//! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
+//! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
+//! overwrote), then stripped of its loggers' prefixes and quote markers (`prefix.rs`; also after
+//! an indent); tracebacks are read from the stripped lines, so a stamp on every line (`kubectl
+//! logs --timestamps`) keeps the frames. A traceback pasted with an indent (inside a list) loses
+//! that indent for as long as its lines carry it ([`MAX_MARGIN`]). PaddlePaddle's native stack
+//! between Python's exception line and its message (`C++ Traceback`, numbered frames, `Error
+//! Message Summary`) and blank or ruled lines do not end a traceback. The corpus test checks that
+//! every real record gives the same events decorated each of these ways.
 //!
 //! **Recovered is not failed.** Warnings that only look like failures make no event: TensorFlow's
 //! BFC allocator retrying with less (`The caller indicates that this is not a failure`), TensorRT's
@@ -123,6 +134,8 @@ pub const LAUNCHER_GRACE: u64 = 64;
 pub const PROFILE_REACH: u64 = 256;
 /// Worker timeouts remembered to explain a later SIGKILL of the same worker (gunicorn).
 pub const MAX_TIMED_OUT: usize = 64;
+/// Widest indentation of a traceback header that is removed from its lines ([`LogParser`]).
+pub const MAX_MARGIN: usize = 64;
 /// Label key saying where the event's phase came from (`traceback`: the log around the message).
 pub const PHASE_SOURCE_LABEL: &str = "phase.source";
 /// Label key of the clue the phase was read from (a frame, the message's words).
@@ -436,6 +449,15 @@ impl RawLines {
     }
 }
 
+/// One line as fed: as printed (`raw`), without its prefixes and its traceback's indent (`body`),
+/// and its compact form (`c`).
+#[derive(Debug, Clone, Copy)]
+struct Line<'a> {
+    raw: &'a str,
+    body: &'a str,
+    c: &'a str,
+}
+
 /// A traceback that may end in an OOM.
 #[derive(Debug)]
 struct Traceback {
@@ -514,6 +536,18 @@ fn is_frame(body: &str) -> bool {
         || body.starts_with("The above exception was the direct cause")
 }
 
+/// A line of the native stack PaddlePaddle prints between Python's exception line and its own
+/// message: its header (`C++ Traceback (most recent call last):`, `Error Message Summary:`) or a
+/// numbered frame (`0   paddle::framework::…`, `3       0x7f21…p paddle::platform::…`).
+fn native_frame(body: &str) -> bool {
+    let t = body.trim_start();
+    t.starts_with("C++ Traceback")
+        || t.starts_with("Error Message Summary")
+        || t.split_once(char::is_whitespace).is_some_and(|(n, rest)| {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && rest.starts_with(char::is_whitespace)
+        })
+}
+
 /// IPython's traceback header, `ResourceExhaustedError                    Traceback (most recent
 /// call last)`: `Some(family)` when the exception it names is an out-of-memory failure
 /// (TensorFlow's `ResourceExhaustedError`, PyTorch's `OutOfMemoryError`), `Some(None)` for any
@@ -577,8 +611,8 @@ impl Pending {
         }
     }
 
-    fn push_line(&mut self, raw: &str, compact: &str, origin: &Origin) {
-        let body = prefix::strip(raw).0;
+    fn push_line(&mut self, line: Line<'_>, origin: &Origin) {
+        let Line { raw, body, c: compact } = line;
         self.after_frame = phase::frame_of(body).is_some();
         self.in_traceback = traceback_header(body) || (self.in_traceback && is_frame(body));
         self.raw.push(raw);
@@ -723,6 +757,10 @@ pub struct LogParser {
     /// hard wrap moved to the next line (`…State.hs:86 (unhandled): CUDA Exception:` / `out of
     /// memory`). Its number, raw text, compact text and origin.
     head: Option<(u64, String, String, Origin)>,
+    /// The indentation of a traceback header that was indented (a paste inside a list, a log
+    /// quoted with spaces): removed from the lines after it while they have it, so that its
+    /// frames and exception line read as they were printed.
+    margin: String,
 }
 
 impl LogParser {
@@ -775,8 +813,10 @@ impl LogParser {
     pub fn feed_numbered_line(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
         self.fed += 1;
         self.line = number;
-        let raw = text::bounded(line);
+        let cleaned = text::clean(line);
+        let raw = cleaned.as_ref();
         let (body, origin) = prefix::strip(raw);
+        let body = self.dedent(body);
         let c = text::compact(body);
         self.work = raw.len() + c.len();
         let mut out = Vec::new();
@@ -816,13 +856,14 @@ impl LogParser {
             // The head and its wrapped message: one failure that starts at the head.
             let this_line = self.line;
             self.line = number;
-            self.start(family, &head_raw, &head_c, head_origin, None, &mut out);
+            let head = Line { raw: &head_raw, body: prefix::strip(&head_raw).0, c: &head_c };
+            self.start(family, head, head_origin, None, &mut out);
             self.line = this_line;
             if let Some(p) = self.pending.last_mut() {
-                p.push_line(raw, &c, &origin);
+                p.push_line(Line { raw, body, c: &c }, &origin);
             }
         } else if let Some(family) = family {
-            self.start(family, raw, &c, origin, symptom, &mut out);
+            self.start(family, Line { raw, body, c: &c }, origin, symptom, &mut out);
         } else {
             self.work += c.len() * self.pending.len();
             let taker = self
@@ -832,7 +873,7 @@ impl LogParser {
             match taker {
                 Some(i) => {
                     let p = &mut self.pending[i];
-                    p.push_line(raw, &c, &origin);
+                    p.push_line(Line { raw, body, c: &c }, &origin);
                     if p.in_traceback && traceback_header(body) {
                         p.taken_traceback = Some((p.raw.lines.len().saturating_sub(1), self.line));
                     }
@@ -842,7 +883,7 @@ impl LogParser {
                 // fragmentation.`): the message, cut before its numbers. (A line of an open
                 // message is taken above.)
                 None if pytorch::fragmentation_advice(&c) => {
-                    self.start(Family::Torch, raw, &c, origin, None, &mut out);
+                    self.start(Family::Torch, Line { raw, body, c: &c }, origin, None, &mut out);
                 }
                 None => {
                     self.track_traceback(raw, body, &c, origin.clone(), &mut out);
@@ -907,12 +948,12 @@ impl LogParser {
     fn start(
         &mut self,
         family: Family,
-        raw: &str,
-        c: &str,
+        line: Line<'_>,
         origin: Origin,
         symptom: Option<HostSymptom>,
         out: &mut Vec<ParsedOom>,
     ) {
+        let c = line.c;
         // The same failure printed again by another layer joins the open event.
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
             p.origin.compatible(&origin)
@@ -921,7 +962,7 @@ impl LogParser {
                     || (p.in_traceback && p.family == family))
         }) {
             p.families |= family.bit();
-            p.push_line(raw, c, &origin);
+            p.push_line(line, &origin);
             p.add_symptom(symptom);
             if matches!(family, Family::TfTensor | Family::Jax) {
                 p.complete = true;
@@ -982,9 +1023,32 @@ impl LogParser {
         {
             frameworks::extract(&profile, &mut p.fields);
         }
-        p.push_line(raw, c, &origin);
+        p.push_line(line, &origin);
         p.add_symptom(symptom);
         self.pending.push(p);
+    }
+
+    /// `body` without the indentation of the indented traceback it is part of ([`Self::margin`]).
+    fn dedent<'b>(&mut self, body: &'b str) -> &'b str {
+        let rest = body.trim_start_matches([' ', '\t']);
+        if traceback_header(rest) || ipython_header(rest).is_some() {
+            let indent = &body[..body.len() - rest.len()];
+            self.margin.clear();
+            if indent.len() <= MAX_MARGIN {
+                self.margin.push_str(indent);
+            }
+        }
+        if self.margin.is_empty() {
+            return body;
+        }
+        match body.strip_prefix(self.margin.as_str()) {
+            Some(b) => b,
+            None if rest.is_empty() => rest,
+            None => {
+                self.margin.clear();
+                body
+            }
+        }
     }
 
     /// The open traceback of `origin`'s stream: same key, else (no key) the latest.
@@ -1039,8 +1103,10 @@ impl LogParser {
         if frameworks::replica_wrapper(c) {
             tb.named = Some(Family::Torch);
         }
-        if is_frame(body) {
+        if is_frame(body) || native_frame(body) {
             tb.since_exception = None;
+        } else if !body.bytes().any(|b| b.is_ascii_alphanumeric()) {
+            // Blank lines and rules (`-----`) end nothing.
         } else {
             let n = tb.since_exception.map_or(0, |n| n + 1);
             tb.since_exception = Some(n);
@@ -1104,8 +1170,11 @@ impl LogParser {
         };
         resolve_own_process(&mut fields);
         let numbered = fields.requested.is_some() || fields.capacity.is_some() || fields.allocated.is_some();
+        // The lines without their loggers' prefixes (`kubectl logs --timestamps` stamps every
+        // frame): tracebacks are read from these.
+        let bodies: Vec<String> = p.raw.lines.iter().map(|l| prefix::strip(l).0.to_owned()).collect();
         let (kind, framework, host_evidence) = match &p.host {
-            Some(_) if p.family == Family::Host && tinygrad_device(&p.raw.lines) => {
+            Some(_) if p.family == Family::Host && tinygrad_device(&bodies) => {
                 (OomKind::CudaOom, "tinygrad", None)
             }
             Some(h) if p.family == Family::Host => (OomKind::HostOomKill, h.framework, Some(h.evidence)),
@@ -1168,7 +1237,7 @@ impl LogParser {
         let phase = if p.compact.contains("dataloaderworker") {
             Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })
         } else {
-            phase::phase_of(&lines, &p.compact)
+            phase::phase_of(&bodies, &p.compact)
         };
         // An allocation in attention code says more than the generic graph-tensor hint; a
         // start-up check's own words say more than either.
@@ -1180,7 +1249,7 @@ impl LogParser {
         if hint.is_none_or(|h| h == "graph_tensor") {
             hint = hint::tensor_role(&p.compact).or(hint);
         }
-        let op = op::attention_clue(&lines).filter(|_| {
+        let op = op::attention_clue(&bodies).filter(|_| {
             hint.is_none_or(|h| {
                 matches!(
                     h,

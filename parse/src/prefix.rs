@@ -14,7 +14,8 @@
 //!   `(RayWorkerWrapper pid=1234, ip=10.0.0.1) ` — pid 1234;
 //! * rank prefixes `[rank3]: `, `[default3]:` (torchrun), `[1,0]<stderr>:` (mpirun), Slurm
 //!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
-//! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`).
+//! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`);
+//! * quote markers `> ` of a log quoted in a mail or an issue (`> > ` nested).
 //!
 //! And one suffix: the source location Python's `rich` logging handler right-aligns at the end of
 //! a line (`… Error: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB    model_manager.py:47`),
@@ -167,7 +168,7 @@ fn src_file(c: &mut Cur<'_>) -> Option<String> {
 
 /// One prefix at the start of `s`: the remaining text and what it said.
 fn one(s: &str, o: &mut Origin) -> Option<usize> {
-    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 13] = [
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 14] = [
         nccl,
         glog,
         c10_bracket,
@@ -181,6 +182,7 @@ fn one(s: &str, o: &mut Origin) -> Option<usize> {
         iso,
         srun,
         pdsh,
+        quote,
     ];
     GRAMMARS.iter().find_map(|f| {
         let mut tmp = o.clone();
@@ -440,10 +442,27 @@ fn pdsh(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
+/// `> ` (or a lone `>`): a quoted line. `>>> ` (Python's prompt) is three of them, which is as
+/// good: what follows is the text.
+fn quote(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit(">")?;
+    if c.lit(" ").is_none() && c.i < s.len() && !s[c.i..].starts_with('>') {
+        return None;
+    }
+    Some(c.i)
+}
+
 /// Strips every recognised prefix from `line`: the message text and its origin.
 pub fn strip(line: &str) -> (&str, Origin) {
     let mut o = Origin::default();
-    let mut rest = line;
+    // A log pasted with an indent (inside a list, quoted with spaces) keeps its prefixes after it.
+    let indented = line.trim_start_matches([' ', '\t']);
+    let mut rest = if indented.len() < line.len() && one(indented, &mut Origin::default()).is_some() {
+        indented
+    } else {
+        line
+    };
     for _ in 0..MAX_PREFIXES {
         match one(rest, &mut o) {
             Some(n) if n > 0 && n <= rest.len() && rest.is_char_boundary(n) => rest = &rest[n..],
@@ -511,6 +530,17 @@ mod tests {
         assert_eq!(s("[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:step] boom").0, "boom");
         assert_eq!(s("[W501 12:00:00.123456789 ProcessGroupNCCL.cpp:1168] Warning: x").0, "Warning: x");
         assert_eq!(s("2024-05-01T12:00:00.123456789Z boom").0, "boom");
+        assert_eq!(s("> > RuntimeError: CUDA out of memory.").0, "RuntimeError: CUDA out of memory.");
+        assert_eq!(
+            s(">   File \"train.py\", line 3, in <module>").0,
+            "  File \"train.py\", line 3, in <module>"
+        );
+        assert_eq!(s(">>> import torch").0, "import torch");
+        assert_eq!(s(">").0, "");
+        assert_eq!(
+            s("    [rank1]:   File \"x.py\", line 3, in f"),
+            ("  File \"x.py\", line 3, in f", Origin { key: "rank1".into(), ..Origin::default() })
+        );
     }
 
     #[test]
@@ -540,6 +570,8 @@ mod tests {
             "step 120 loss 2.3141 lr 3.0e-04",
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
             "Limit:                     14674281152",
+            ">=2.1 required",
+            "->  x",
             "",
         ] {
             assert_eq!(s(m).0, m);

@@ -677,3 +677,56 @@ fn one_death_several_reports() {
     ];
     assert_eq!(parse_all(slurm).len(), 1);
 }
+
+/// What loggers, terminals and pastes add around a failure changes nothing: colours, a stamp on
+/// every line (`kubectl logs --timestamps`, whose frames must still place the failure), quote
+/// markers, and PaddlePaddle's native stack between Python's exception line and its message.
+#[test]
+fn decorations_change_nothing() {
+    let plain = [
+        "Traceback (most recent call last):",
+        "  File \"train.py\", line 8, in <module>",
+        "    model = AutoModelForCausalLM.from_pretrained(name).cuda()",
+        "  File \"/x/torch/nn/modules/module.py\", line 1143, in convert",
+        "    return t.to(device)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.00 MiB is free.",
+        "",
+    ];
+    let summary = |events: Vec<ParsedOom>| -> Vec<(u64, Option<u64>, Option<Phase>)> {
+        events.iter().map(|e| (e.line, e.fields.requested, e.phase.as_ref().map(|p| p.phase))).collect()
+    };
+    let want = summary(parse_all(plain));
+    assert_eq!(want, [(1, Some(20 * MIB), Some(Phase::Load))]);
+    let decorate = |f: &dyn Fn(&str) -> String| {
+        let lines: Vec<String> = plain.iter().map(|l| f(l)).collect();
+        summary(parse_all(lines.iter().map(String::as_str)))
+    };
+    assert_eq!(decorate(&|l| format!("2024-05-01T12:00:00.123456789Z {l}")), want, "stamped");
+    assert_eq!(decorate(&|l| format!("\x1b[31m{l}\x1b[0m")), want, "coloured");
+    assert_eq!(decorate(&|l| format!("> {l}")), want, "quoted");
+    assert_eq!(decorate(&|l| format!("{l}\r")), want, "CRLF");
+    assert_eq!(decorate(&|l| format!("    {l}")), want, "indented");
+    assert_eq!(decorate(&|l| format!("\t{l}")), want, "indented with a tab");
+
+    let paddle = parse_all([
+        "  File \"model.py\", line 143, in forward",
+        "    self.predictor.run()",
+        "RuntimeError:",
+        "",
+        "--------------------------------------",
+        "C++ Traceback (most recent call last):",
+        "--------------------------------------",
+        "0   paddle::AnalysisPredictor::ZeroCopyRun()",
+        "1   paddle::framework::NaiveExecutor::Run()",
+        "",
+        "----------------------",
+        "Error Message Summary:",
+        "----------------------",
+        "ResourceExhaustedError:",
+        "",
+        "Out of memory error on GPU 0. Cannot allocate 72.000000MB memory on GPU 0, 7.999390GB memory has been allocated and available memory is only 0.000000B.",
+    ]);
+    let found: Vec<_> =
+        paddle.iter().map(|e| (e.framework, e.line, e.phase.as_ref().map(|p| p.phase))).collect();
+    assert_eq!(found, [("paddle", 1, Some(Phase::Forward))]);
+}

@@ -4,6 +4,13 @@
 //! A message hard-wrapped at 80 columns (at a space or in the middle of a word, the space kept,
 //! moved or dropped) has the same compact form as the unwrapped message, so every extractor
 //! matches phrases without spaces (`"totalcapacityof"`) and never cares where a wrap fell.
+//!
+//! Lines are *cleaned* before anything reads them: terminal escape sequences (colours that
+//! loggers write even into files, cursor moves of progress bars) and other control characters
+//! are removed, and of a line that carriage returns overwrote only what a terminal would show is
+//! kept (the text after the last `\r`).
+
+use std::borrow::Cow;
 
 /// Most bytes of one line that are looked at (the rest is ignored, never buffered).
 pub const MAX_LINE_BYTES: usize = 4096;
@@ -13,6 +20,56 @@ pub fn bounded(line: &str) -> &str {
     let line = line.strip_suffix('\n').unwrap_or(line);
     let line = line.strip_suffix('\r').unwrap_or(line);
     oomlens_schema::text::clip(line, MAX_LINE_BYTES)
+}
+
+/// [`bounded`] `line` as a terminal would show it: without escape sequences (`ESC [ … m` colours,
+/// `ESC ] … BEL` titles, two-byte escapes), without other control characters but tabs, and of a
+/// line that carriage returns overwrote, the text after the last one. Borrowed when there is
+/// nothing to remove (the common case costs one scan).
+pub fn clean(line: &str) -> Cow<'_, str> {
+    let line = bounded(line);
+    let line = match line.rfind('\r') {
+        Some(i) if i + 1 < line.len() => &line[i + 1..],
+        _ => line,
+    };
+    if !line.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            if c == '\t' || !c.is_control() {
+                out.push(c);
+            }
+            continue;
+        }
+        match chars.next() {
+            // CSI: parameter and intermediate bytes, then one final byte.
+            Some('[') => {
+                while let Some(&n) = chars.peek() {
+                    chars.next();
+                    if ('\x40'..='\x7e').contains(&n) {
+                        break;
+                    }
+                }
+            }
+            // OSC (window titles, hyperlinks): up to BEL or `ESC \`.
+            Some(']') => {
+                while let Some(n) = chars.next() {
+                    if n == '\x07' || (n == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            // A two-byte escape (`ESC (B`, `ESC =`): the byte after it is its own.
+            Some('(' | ')') => {
+                chars.next();
+            }
+            _ => {}
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Appends the compact form of `text` to `out` (ASCII lower-cased, whitespace removed).
@@ -72,5 +129,21 @@ mod tests {
         assert!(b.len() <= MAX_LINE_BYTES && b.len() >= MAX_LINE_BYTES - 1);
         assert_eq!(bounded("abc\r\n"), "abc");
         assert_eq!(tail("héllo", 4), "llo");
+    }
+
+    #[test]
+    fn clean_removes_what_a_terminal_does_not_show() {
+        assert!(matches!(clean("plain\tline\r\n"), Cow::Borrowed("plain\tline")));
+        assert_eq!(
+            clean("\x1b[1;31mERROR\x1b[0m 05-01 12:00:00 \x1b[38;5;196mCUDA out of memory\x1b[m"),
+            "ERROR 05-01 12:00:00 CUDA out of memory"
+        );
+        assert_eq!(clean("\x1b]0;title\x07\x1b]8;;http://x\x1b\\link\x1b(B ok\x07"), "link ok");
+        assert_eq!(
+            clean(" 45%|####    | 9/20\rRuntimeError: CUDA out of memory."),
+            "RuntimeError: CUDA out of memory."
+        );
+        assert_eq!(clean("cut \x1b[1;3"), "cut ");
+        assert_eq!(clean("nul\0 and del\x7f"), "nul and del");
     }
 }

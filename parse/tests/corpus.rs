@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Every message of the corpus of real OOMs (`corpus/`) gives an event of the kind its record
 //! expects — through the same reader as `oomlens-agent parse` and `oomlens explain` — and the
-//! warnings that only look like failures give none.
+//! warnings that only look like failures give none; and the events stay the same when the lines
+//! come decorated as logs and pastes carry them (colours, stamps, quote markers, indents).
 
 use std::io::Cursor;
 
@@ -44,4 +45,58 @@ fn the_parser_finds_every_oom_of_the_corpus() {
         records.len(),
         missed.join("\n")
     );
+}
+
+/// What a message says, without its lines as printed (and without the line it starts on, which a
+/// one-line-per-line transformation keeps anyway).
+fn said(events: &[ParsedOom]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {:?} {:?} {:?} {:?} {:?} line {}",
+                e.kind.as_str(),
+                e.framework,
+                e.fields,
+                e.phase,
+                e.hint,
+                e.op,
+                e.host_evidence,
+                e.line
+            )
+        })
+        .collect()
+}
+
+/// Each record's events stay the same when its lines come the way a node's log or a paste may
+/// carry them: Windows line ends, trailing blanks, terminal colours, a stamp on every line
+/// (`kubectl logs --timestamps`), quote markers, and a uniform indent (a paste inside a list).
+#[test]
+fn decorated_lines_give_the_same_events() {
+    type Decorate = fn(&str) -> String;
+    const DECORATIONS: [(&str, Decorate); 7] = [
+        ("CRLF", |l| format!("{l}\r")),
+        ("trailing blanks", |l| format!("{l}  \t")),
+        ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
+        ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
+        ("quote markers", |l| format!("> {l}")),
+        ("an indent", |l| format!("    {l}")),
+        ("a tab", |l| format!("\t{l}")),
+    ];
+    // A paste whose frames lost their indentation (`File "…", line 900, in _apply` at the margin,
+    // `^^^^` on lines of their own): indented, its frames read as frames again and place it.
+    const CHANGED: [(&str, &str); 2] =
+        [("pytorch-huggingface-trl-3172", "an indent"), ("pytorch-huggingface-trl-3172", "a tab")];
+    let records = oomlens_corpus::load().expect("corpus");
+    let decorated = |text: &str, f: Decorate| text.lines().map(|l| f(l) + "\n").collect::<String>();
+    let mut changed = Vec::new();
+    for r in &records {
+        let want = said(&parse(&r.text));
+        for (name, f) in DECORATIONS {
+            if said(&parse(&decorated(&r.text, f))) != want {
+                changed.push((r.id.as_str(), name));
+            }
+        }
+    }
+    assert_eq!(changed, CHANGED, "records whose events change with a decoration");
 }
