@@ -31,7 +31,9 @@
 //! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
 //! skipped, not swallowed. C++'s `terminate called after throwing an instance of
 //! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure. So are a head
-//! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), PyTorch 1.x's message
+//! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), a long line a
+//! terminal hard-wrapped (its failure words cut, or its first part already speaking of a failure:
+//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`), PyTorch 1.x's message
 //! wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
 //! lines reporting it, and a failure with numbers and its advice a few lines on without them
 //! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`), and a
@@ -126,6 +128,8 @@ pub const RERAISE_WINDOW: u64 = 32;
 pub const REMAINDER_WINDOW: u64 = 4;
 /// Longest line (compact bytes) kept as a head whose message may come on the next line.
 const MAX_HEAD_BYTES: usize = 512;
+/// Narrowest line a terminal's hard wrap leaves (a message may continue on the next line).
+const MIN_WRAP_WIDTH: usize = 72;
 /// A launcher's `Killing subprocess` within this many lines after another failure of the job (or
 /// while a traceback is open) is the launcher's reaction to that failure, not a host OOM.
 pub const LAUNCHER_GRACE: u64 = 64;
@@ -523,6 +527,34 @@ impl Traceback {
 }
 
 /// Python's traceback header.
+/// Words of a failure that a terminal's hard wrap may cut in two.
+const WRAPPED_WORDS: [&str; 7] = [
+    "outofmemory",
+    "triedtoallocate",
+    "failedtoallocate",
+    "oomwhenallocating",
+    "resource_exhausted",
+    "cudamalloc",
+    "memoryallocation",
+];
+
+/// Words of a line that begins to report a failure.
+const FAILURE_WORDS: [&str; 8] =
+    ["error", "fail", "memory", "alloc", "oom", "exhausted", "unable", "notenough"];
+
+/// True when a long line (compact `head`, at least [`MIN_WRAP_WIDTH`] wide) and the next (`next`)
+/// may be one line a terminal hard-wrapped: one of [`WRAPPED_WORDS`] runs across the cut (`… CUDA
+/// out of mem` / `ory. Tried to allocate …`), or the long line already speaks of a failure
+/// (`Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. code: 2, reason: out of
+/// memory`). A long line of other words is not joined to the next: its device words (`loading in
+/// lowvram mode`) would lend a warning after it a failure it does not report.
+fn wrapped_failure(head: &str, next: &str) -> bool {
+    FAILURE_WORDS.iter().any(|w| head.contains(w))
+        || WRAPPED_WORDS
+            .iter()
+            .any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
+}
+
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
 }
@@ -843,13 +875,20 @@ impl LogParser {
         // KSampler:`, an empty line, `Allocation on device`) keeps the head.
         let head = if c.is_empty() { None } else { self.head.take() };
         let wrapped = match (family, head) {
-            (None, Some((number, head_raw, head_c, head_origin))) if head_origin.compatible(&origin) => {
+            (None, Some((number, head_raw, head_c, head_origin)))
+                if head_origin.compatible(&origin)
+                    && (head_c.ends_with(':') || wrapped_failure(&head_c, &c)) =>
+            {
                 frameworks::detect(&format!("{head_c}{c}"))
                     .map(|f| (f, number, head_raw, head_c, head_origin))
             }
             _ => None,
         };
-        if family.is_none() && wrapped.is_none() && c.ends_with(':') && c.len() <= MAX_HEAD_BYTES {
+        if family.is_none()
+            && wrapped.is_none()
+            && c.len() <= MAX_HEAD_BYTES
+            && (c.ends_with(':') || raw.trim_end().chars().count() >= MIN_WRAP_WIDTH)
+        {
             self.head = Some((self.line, raw.to_owned(), c.clone(), origin.clone()));
         }
         if let Some((family, number, head_raw, head_c, head_origin)) = wrapped {

@@ -730,3 +730,28 @@ fn decorations_change_nothing() {
         paddle.iter().map(|e| (e.framework, e.line, e.phase.as_ref().map(|p| p.phase))).collect();
     assert_eq!(found, [("paddle", 1, Some(Phase::Forward))]);
 }
+
+/// A line a terminal hard-wrapped inside a failure's words, or whose first part already speaks of
+/// a failure, is one line again; a long line of other words lends the next line nothing.
+#[test]
+fn terminal_wrapped_lines() {
+    let caffe = parse_all([
+        "F1206 10:15:04.766489   447 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of m",
+        "emory",
+        "*** Check failure stack trace: ***",
+    ]);
+    let found: Vec<_> = caffe.iter().map(|e| (e.framework, e.line)).collect();
+    assert_eq!(found, [("caffe", 1)]);
+    let dlib = parse_all([
+        "Error while calling cudaMalloc(&data, new_size*sizeof(float)) in file /home/ubuntu/dlib/dlib/dnn/gpu",
+        "_data.cpp:191. code: 2, reason: out of memory",
+    ]);
+    assert_eq!(dlib.len(), 1);
+    assert_eq!(dlib[0].line, 1);
+    // A long line before a warning that retries: no failure.
+    let warning = parse_all([
+        "2024-05-01T12:00:00.123456789Z comfyui-rocm  | loading in lowvram mode 64.0 with the rest offloaded",
+        "comfyui-rocm  | Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+    ]);
+    assert!(warning.is_empty(), "{warning:?}");
+}

@@ -100,3 +100,30 @@ fn decorated_lines_give_the_same_events() {
     }
     assert_eq!(changed, CHANGED, "records whose events change with a decoration");
 }
+
+/// Hard-wrapped at 100 columns (a terminal's copy), most records still give their event: a long
+/// line that speaks of a failure, or whose failure words the wrap cut, is joined to the next. The
+/// rest (wraps inside a host-memory symptom, inside a path that names the framework, …) is
+/// counted so that it cannot grow unnoticed.
+#[test]
+fn hard_wrapped_records_keep_their_event() {
+    const WIDTH: usize = 100;
+    const MOST_LOST: usize = 40;
+    let records = oomlens_corpus::load().expect("corpus");
+    let mut lost = Vec::new();
+    for r in records.iter().filter(|r| r.expect != "none") {
+        let mut wrapped = String::new();
+        for line in r.text.lines() {
+            let chars: Vec<char> = line.chars().collect();
+            for part in chars.chunks(WIDTH) {
+                wrapped.extend(part);
+                wrapped.push('\n');
+            }
+        }
+        if !parse(&wrapped).iter().any(|e| e.kind.as_str() == r.expect) {
+            lost.push(r.id.as_str());
+        }
+    }
+    println!("hard-wrapped at {WIDTH} columns: {} records lost their event", lost.len());
+    assert!(lost.len() <= MOST_LOST, "{} lost: {}", lost.len(), lost.join(" "));
+}
