@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -12,7 +12,7 @@
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory`, MIOpen's `Memory not available to allocate buffer: N` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
-//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory`; node-llama-cpp's `A context size of N is too large for the available VRAM` | `llama.cpp` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory`; node-llama-cpp's `A context size of N is too large for the available VRAM`; ollama's `llama runner exited, you may not have enough available memory to run this model` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
 //! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`; an issue title's head alone, `Out of memory error on GPU`) + its hints | `paddle` |
 //! | Serving | TGI `Not enough memory to handle N prefill tokens` / `… N total tokens with M prefill tokens`; SGLang `Not enough memory. Please try to increase --mem-fraction-static` | `tgi` / `sglang` |
@@ -91,7 +91,9 @@ pub fn detect(c: &str) -> Option<Family> {
         || c.contains("curesulterror")
         || c.contains("enoughgpuram")
         || c.contains("dsttensorisnotinitialized")
-        || c.contains("mambacacheblocks"))
+        || c.contains("mambacacheblocks")
+        || c.contains("gemmlaunchfailed")
+        || c.contains("validcudnnalgorithm"))
     {
         return None;
     }
@@ -196,7 +198,8 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::TfTensor);
     }
     if c.contains("ranoutofgpumemorywhenallocating")
-        || (c.contains("dsttensorisnotinitialized") && c.contains("device:gpu"))
+        // (Also alone: `InternalError (see above for traceback): Dst tensor is not initialized.`)
+        || c.contains("dsttensorisnotinitialized")
         || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
             && c.contains(":failedtoallocatememory"))
         // TensorFlow 1.x's session listing its root errors: `(0) Resource exhausted: failed to
@@ -253,6 +256,9 @@ pub fn detect(c: &str) -> Option<Family> {
         // node-llama-cpp's check before it creates a context: `A context size of 4096 is too
         // large for the available VRAM`.
         || (c.contains("contextsizeof") && c.contains("toolargefortheavailablevram"))
+        // ollama when its runner died loading the model: `Error: llama runner exited, you may not
+        // have enough available memory to run this model`.
+        || c.contains("llamarunnerexited,youmaynothaveenoughavailablememory")
     {
         return Some(Family::Ggml);
     }
@@ -470,6 +476,23 @@ fn cuda_runtime(c: &str) -> bool {
         // Intel Gaudi's device memory (PyTorch on HPU): `FATAL ERROR :: MODULE:PT_DEVMEM Allocation
         // failed for size::469762048 (448)MB`.
         || c.contains("pt_devmemallocationfailedforsize::")
+        // cuBLAS could not start (its handle and workspace did not fit), as TensorFlow 1.x
+        // reports it when another process holds the GPU: `InternalError: Blas GEMM launch failed`
+        // (`Blas xGEMM launch failed`); MXNet's `Check failed: err == CUBLAS_STATUS_SUCCESS (1 vs.
+        // 0) : Create cublas handle failed`.
+        || c.contains("blasgemmlaunchfailed")
+        || c.contains("blasxgemmlaunchfailed")
+        || c.contains("createcublashandlefailed")
+        // cuDNN found no convolution algorithm whose workspace fits, as PyTorch reports it:
+        // `RuntimeError: Unable to find a valid cuDNN algorithm to run convolution`.
+        || c.contains("unabletofindavalidcudnnalgorithmtorunconvolution")
+        // ONNX Runtime's arena: `BFCArena::AllocateRawInternal(…) Available memory of 0 is smaller
+        // than requested bytes of 135383040`.
+        || (c.contains("availablememoryof") && c.contains("issmallerthanrequestedbytesof"))
+        // Huawei Ascend's runtime (CANN): `EL0004: … Failed to allocate memory.` with `Possible
+        // Cause: Available memory is insufficient.`, `reason=[driver error:out of memory]`.
+        || (c.contains("el0004") && c.contains("failedtoallocatememory"))
+        || c.contains("reason=[drivererror:outofmemory]")
     {
         return true;
     }
@@ -673,6 +696,8 @@ const REQUEST_BEFORE: &[&str] = &[
     "outofgpumemorytryingtoallocate",
     // TensorFlow 1.x: `Ran out of GPU memory when allocating 1294336000 bytes for`.
     "ranoutofgpumemorywhenallocating",
+    // ONNX Runtime: `Available memory of 0 is smaller than requested bytes of 135383040`.
+    "issmallerthanrequestedbytesof",
     // Spark RAPIDS: `Device allocation of 345571976 bytes failed`.
     "devicememoryeventhandler:deviceallocationof",
     // Intel Gaudi: `Allocation failed for size::469762048 (448)MB`.
@@ -1147,6 +1172,12 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "rapids"
         } else if c.contains("pt_devmem") {
             "habana"
+        } else if c.contains("el0004") || c.contains("[drivererror:outofmemory]") {
+            "ascend"
+        } else if c.contains("validcudnnalgorithm") {
+            "cudnn"
+        } else if c.contains("gemmlaunchfailed") {
+            "cublas"
         } else if c.contains("turbomind") || c.contains("lmdeploy") {
             "lmdeploy"
         } else if c.contains("[trt]") || c.contains("virtualmemorybuffer") || c.contains("ibuilderconfig") {
@@ -1400,6 +1431,25 @@ mod tests {
                 "RuntimeError: [Rank:7] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::469762048 (448)MB",
                 Family::Cuda,
             ),
+            (
+                "InternalError: Blas GEMM launch failed : a.shape=(100, 784), b.shape=(784, 10), m=100, n=10, k=784",
+                Family::Cuda,
+            ),
+            ("RuntimeError: Unable to find a valid cuDNN algorithm to run convolution", Family::Cuda),
+            (
+                "what():  [18:47:35] mshadow/./stream_gpu-inl.h:134: Check failed: err == CUBLAS_STATUS_SUCCESS (1 vs. 0) : Create cublas handle failed",
+                Family::Cuda,
+            ),
+            (
+                "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Available memory of 0 is smaller than requested bytes of 135383040",
+                Family::Cuda,
+            ),
+            ("EL0004: 2024-08-28-16:15:00.358.141 Failed to allocate memory.", Family::Cuda),
+            ("InternalError (see above for traceback): Dst tensor is not initialized.", Family::TfTensor),
+            (
+                "Error: llama runner exited, you may not have enough available memory to run this model",
+                Family::Ggml,
+            ),
             ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (614).", Family::Vllm),
             ("[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY", Family::Cuda),
             ("vkAllocateMemory failed -2", Family::Cuda),
@@ -1444,6 +1494,11 @@ mod tests {
             "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED",
             "Check failed: (cudaMemcpy(a, b, n, cudaMemcpyDefault)) == cudaSuccess (2 vs. 0)",
             "DeviceMemoryEventHandler: Device allocation of 345571976 bytes succeeded after spilling",
+            // Errors that memory can cause but that say nothing of it (also version mismatches).
+            "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.",
+            "UnknownError: CUDNN_STATUS_EXECUTION_FAILED Failed to set dropout descriptor",
+            "Unimplemented: DNN library is not found.",
+            "Error: cuDNN isn't found FWD algo for convolution.",
             "cuda execution failed with error 20",
             "[torch_memory_saver.cpp] CUresult error  result=201 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
@@ -1479,6 +1534,10 @@ mod tests {
             "INFO DeviceMemoryEventHandler: Device allocation of 345571976 bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes.",
         );
         assert_eq!((f.requested, f.allocated), (Some(345_571_976), Some(9_319_438_848)));
+        let f = fields(
+            "BFCArena::AllocateRawInternal Available memory of 0 is smaller than requested bytes of 135383040",
+        );
+        assert_eq!(f.requested, Some(135_383_040));
         let f = fields("FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::469762048 (448)MB");
         assert_eq!(f.requested, Some(469_762_048));
         let f = fields(

@@ -54,6 +54,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["noexecutablebatchsizefound"], "batch_search_exhausted"),
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),
+        (&["createcublashandlefailed"], "context_creation"),
         (&["couldnotcreatecudnnhandle"], "context_creation"),
         // Old PyTorch seeds its random generators on the device when CUDA first starts
         // (`THCTensorRandom.cu:25`): a few MiB, so an OOM there means others already filled it.

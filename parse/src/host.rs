@@ -6,13 +6,13 @@
 //!
 //! | evidence | lines (examples) |
 //! |---|---|
-//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed` |
+//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too) |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker) |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
-//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`, an issue title cut at `is killed by signal`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died; not after the kernel's own failure) |
+//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`, an issue title cut at `is killed by signal`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died; not after the kernel's own failure); worker pools (`BrokenProcessPool: A process in the process pool was terminated abruptly`, loky's `worker process … was unexpectedly terminated`, datasets' `One of the subprocesses has abruptly died`) |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
@@ -65,7 +65,8 @@ pub struct HostSymptom {
     /// How direct the evidence is.
     pub evidence: HostEvidence,
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
-    /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`.
+    /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
+    /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -160,6 +161,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // mkl_malloc: failed to allocate memory`.
     (&["mkl_malloc: failed to allocate memory"], HostEvidence::Allocation, "mkl"),
     (&["unable to allocate", "for an array"], HostEvidence::Allocation, "numpy"),
+    // Its older wording: `MemoryError: Unable to allocate array with shape (9681, 9681) and data
+    // type float64`.
+    (&["unable to allocate array with shape"], HostEvidence::Allocation, "numpy"),
     // Windows, also without the `[WinError 1455]` prefix (`… (os error 1455)`).
     (&["winerror 1455"], HostEvidence::Allocation, "windows"),
     (&["paging file is too small", "1455"], HostEvidence::Allocation, "windows"),
@@ -183,6 +187,44 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // Caffe's host-side buffer: `syncedmem.hpp:24] Check failed: *ptr host allocation of size
     // 282240000 failed`.
     (&["check failed", "host allocation of size", "failed"], HostEvidence::Allocation, "caffe"),
+    // The JVM could not commit memory from the OS (its heap limit was not the problem): `There
+    // is insufficient memory for the Java Runtime Environment to continue.`, `os::commit_memory(…)
+    // failed; error='Cannot allocate memory' (errno=12)`.
+    (&["insufficient memory for the java runtime environment"], HostEvidence::Allocation, "java"),
+    (&["os::commit_memory", "errno=12"], HostEvidence::Allocation, "java"),
+    // GCC and the linker: `virtual memory exhausted: Cannot allocate memory`.
+    (&["virtual memory exhausted"], HostEvidence::Allocation, "compiler"),
+    // PBS / Torque's abort mail: `Job exceeded a memory resource limit (vmem, pvmem, etc.). Job
+    // was aborted`.
+    (&["job exceeded a memory resource limit"], HostEvidence::Explicit, "pbs"),
+    // Dask's nanny restarting a worker over its budget: `distributed.nanny - WARNING - Worker
+    // exceeded 95% memory budget. Restarting`.
+    (&["worker exceeded", "memory budget"], HostEvidence::Explicit, "dask"),
+    // A compiler killed while building (an extension's `setup.py`, `pip install flash-attn`, a
+    // `make -j`): `g++: fatal error: Killed signal terminated program cc1plus`, `internal
+    // compiler error: Killed (program cc1plus)`, nvcc's `'cicc' died due to signal 9 (Kill signal)`.
+    (&["signal terminated program"], HostEvidence::Sigkill, "compiler"),
+    (&["internal compiler error: killed"], HostEvidence::Sigkill, "compiler"),
+    (&["died due to signal 9"], HostEvidence::Sigkill, "nvcc"),
+    // Worker pools: Celery's `WorkerLostError('Worker exited prematurely: signal 9 (SIGKILL).')`
+    // and `Process 'ForkPoolWorker-31' pid:90 exited with 'signal 9 (SIGKILL)'`; Python's
+    // `subprocess.CalledProcessError: Command '…' died with <Signals.SIGKILL: 9>.`; loky's exit
+    // codes `{SIGKILL(-9), SIGKILL(-9)}`.
+    (&["exited prematurely: signal 9"], HostEvidence::Sigkill, "celery"),
+    (&["exited with 'signal 9 (sigkill)'"], HostEvidence::Sigkill, "celery"),
+    (&["died with <signals.sigkill: 9>"], HostEvidence::Sigkill, "python"),
+    (&["exit codes of the workers are", "sigkill"], HostEvidence::Sigkill, "joblib"),
+    // Pools whose worker died without saying why (a segmentation fault is possible, the OOM killer
+    // most likely): loky's `A worker process managed by the executor was unexpectedly terminated.
+    // … excessive memory usage causing the Operating System to kill the worker.`, Python's
+    // `BrokenProcessPool: A process in the process pool was terminated abruptly …`, `A child
+    // process terminated abruptly, the process pool is not usable anymore`, Hugging Face datasets'
+    // `One of the subprocesses has abruptly died during map operation.`
+    (&["worker process managed by the executor was unexpectedly terminated"], HostEvidence::Exited, "joblib"),
+    (&["process in the process pool was terminated abru"], HostEvidence::Exited, "python"),
+    (&["process in the executor was terminated abruptly"], HostEvidence::Exited, "joblib"),
+    (&["child process terminated abruptly"], HostEvidence::Exited, "python"),
+    (&["subprocesses has abruptly died"], HostEvidence::Exited, "datasets"),
 ];
 
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
@@ -225,8 +267,15 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.starts_with("bus error")
         || t.contains("页面文件太小")
         || l.contains("cpu_buffer")
+        || l.contains("abru")
         || t.contains(KILLED_ZH))
     {
+        return None;
+    }
+    // Slurm's report after a step ends whose peak went over its limit (`slurmstepd: error: Exceeded
+    // step memory limit at some point.`, `… Step may have been partially swapped out to disk.`):
+    // printed for jobs that finished too; a kill says so in its own words.
+    if l.contains("memory limit at some point") {
         return None;
     }
     // PyTorch's DataLoader.
@@ -722,6 +771,38 @@ mod tests {
                 "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80",
                 (Launcher, "launcher", None),
             ),
+            ("g++: fatal error: Killed signal terminated program cc1plus", (Sigkill, "compiler", None)),
+            ("c++: internal compiler error: Killed (program cc1plus)", (Sigkill, "compiler", None)),
+            ("nvcc error   : 'cudafe++' died due to signal 9 (Kill signal)", (Sigkill, "nvcc", None)),
+            ("virtual memory exhausted: Cannot allocate memory", (Allocation, "compiler", None)),
+            (
+                "Task handler raised error: WorkerLostError('Worker exited prematurely: signal 9 (SIGKILL).')",
+                (Sigkill, "celery", None),
+            ),
+            (
+                "subprocess.CalledProcessError: Command '['python3', '-u', 'subgen.py']' died with <Signals.SIGKILL: 9>.",
+                (Sigkill, "python", None),
+            ),
+            (
+                "concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while the future was running or pending.",
+                (Exited, "python", None),
+            ),
+            (
+                "RuntimeError: One of the subprocesses has abruptly died during map operation.",
+                (Exited, "datasets", None),
+            ),
+            (
+                "There is insufficient memory for the Java Runtime Environment to continue.",
+                (Allocation, "java", None),
+            ),
+            (
+                "Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted",
+                (Explicit, "pbs", None),
+            ),
+            (
+                "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
+                (Explicit, "dask", None),
+            ),
         ] {
             assert_eq!(ev(line), Some(want), "{line}");
         }
@@ -747,6 +828,9 @@ mod tests {
             "Bus error while reading the disk",
             "loss: 2.1371 killed",
             "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory",
+            "slurmstepd: error: Exceeded step memory limit at some point.",
+            "c++: internal compiler error: Segmentation fault (program cc1plus)",
+            "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)",
         ] {
             assert_eq!(ev(line), None, "{line}");
         }

@@ -542,12 +542,22 @@ const WRAPPED_WORDS: [&str; 7] = [
 const FAILURE_WORDS: [&str; 8] =
     ["error", "fail", "memory", "alloc", "oom", "exhausted", "unable", "notenough"];
 
-/// True when a long line (compact `head`, at least [`MIN_WRAP_WIDTH`] wide) and the next (`next`)
-/// may be one line a terminal hard-wrapped: one of [`WRAPPED_WORDS`] runs across the cut (`… CUDA
-/// out of mem` / `ory. Tried to allocate …`), or the long line already speaks of a failure
-/// (`Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. code: 2, reason: out of
-/// memory`). A long line of other words is not joined to the next: its device words (`loading in
-/// lowvram mode`) would lend a warning after it a failure it does not report.
+/// True when a long line (`raw`, compact `c`) may be the first part of a failure a terminal
+/// hard-wrapped: at least [`MIN_WRAP_WIDTH`] characters, and it speaks of a failure or ends inside
+/// one of [`WRAPPED_WORDS`] ([`wrapped_failure`] decides with the next line).
+fn may_wrap_failure(raw: &str, c: &str) -> bool {
+    raw.len() >= MIN_WRAP_WIDTH
+        && raw.trim_end().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
+        && (FAILURE_WORDS.iter().any(|w| c.contains(w))
+            || WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| c.ends_with(&w[..k]))))
+}
+
+/// True when a long line (compact `head`, see [`may_wrap_failure`]) and the next (`next`) may be
+/// one line a terminal hard-wrapped: one of [`WRAPPED_WORDS`] runs across the cut (`… CUDA out
+/// of mem` / `ory. Tried to allocate …`), or the long line already speaks of a failure (`Error
+/// while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. code: 2, reason: out of memory`).
+/// A long line of other words is not joined to the next: its device words (`loading in lowvram
+/// mode`) would lend a warning after it a failure it does not report.
 fn wrapped_failure(head: &str, next: &str) -> bool {
     FAILURE_WORDS.iter().any(|w| head.contains(w))
         || WRAPPED_WORDS
@@ -887,7 +897,7 @@ impl LogParser {
         if family.is_none()
             && wrapped.is_none()
             && c.len() <= MAX_HEAD_BYTES
-            && (c.ends_with(':') || raw.trim_end().chars().count() >= MIN_WRAP_WIDTH)
+            && (c.ends_with(':') || may_wrap_failure(raw, &c))
         {
             self.head = Some((self.line, raw.to_owned(), c.clone(), origin.clone()));
         }
