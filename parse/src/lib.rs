@@ -1219,11 +1219,8 @@ impl LogParser {
         };
         resolve_own_process(&mut fields);
         let numbered = fields.requested.is_some() || fields.capacity.is_some() || fields.allocated.is_some();
-        // The lines without their loggers' prefixes (`kubectl logs --timestamps` stamps every
-        // frame): tracebacks are read from these.
-        let bodies: Vec<String> = p.raw.lines.iter().map(|l| prefix::strip(l).0.to_owned()).collect();
         let (kind, framework, host_evidence) = match &p.host {
-            Some(_) if p.family == Family::Host && tinygrad_device(&bodies) => {
+            Some(_) if p.family == Family::Host && tinygrad_device(&p.raw.lines) => {
                 (OomKind::CudaOom, "tinygrad", None)
             }
             Some(h) if p.family == Family::Host => (OomKind::HostOomKill, h.framework, Some(h.evidence)),
@@ -1283,6 +1280,9 @@ impl LogParser {
             ended: end,
         });
         let lines = p.raw.into_lines();
+        // The lines without their loggers' prefixes (`kubectl logs --timestamps` stamps every
+        // frame): tracebacks are read from these.
+        let bodies: Vec<&str> = lines.iter().map(|l| prefix::strip(l).0).collect();
         let phase = if p.compact.contains("dataloaderworker") {
             Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })
         } else {
@@ -1330,12 +1330,17 @@ impl LogParser {
 /// host's. Its CPU back-ends (`ops_cpu.py`, `ops_clang.py`, …) are the host's.
 fn tinygrad_device(lines: &[String]) -> bool {
     const GPU_RUNTIMES: [&str; 8] = ["amd", "nv", "cuda", "hip", "metal", "gpu", "qcom", "webgpu"];
-    lines.iter().rev().find(|l| l.trim_start().starts_with("File \"")).is_some_and(|l| {
-        l.split("tinygrad/runtime/ops_")
-            .nth(1)
-            .and_then(|rest| rest.split(".py").next())
-            .is_some_and(|m| GPU_RUNTIMES.contains(&m))
-    })
+    lines
+        .iter()
+        .map(|l| prefix::strip(l).0)
+        .rev()
+        .find(|l| l.trim_start().starts_with("File \""))
+        .is_some_and(|l| {
+            l.split("tinygrad/runtime/ops_")
+                .nth(1)
+                .and_then(|rest| rest.split(".py").next())
+                .is_some_and(|m| GPU_RUNTIMES.contains(&m))
+        })
 }
 
 /// TensorFlow's CUDA driver wrapper refusing a device allocation, in a paste cut before the error

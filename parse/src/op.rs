@@ -26,7 +26,7 @@ const ATTENTION: &[&str] = &["attn", "attention", "scaled_dot_product", "sdpa"];
 /// The clue when the failing allocation was made in attention code: `traceback: forward
 /// (modeling_llama.py)` or `graph node: …/self_attention/…/Softmax`. `None` when the lines do not
 /// name the code, or name other code.
-pub fn attention_clue(lines: &[String]) -> Option<String> {
+pub fn attention_clue(lines: &[&str]) -> Option<String> {
     node_clue(lines).or_else(|| frame_clue(lines))
 }
 
@@ -38,7 +38,7 @@ pub fn names_attention(text: &str) -> bool {
 }
 
 /// The innermost frame outside torch's own package, when it is attention code.
-fn frame_clue(lines: &[String]) -> Option<String> {
+fn frame_clue(lines: &[&str]) -> Option<String> {
     let f = frames(lines).into_iter().rev().find(|f| !f.file.replace('\\', "/").contains("/torch/"))?;
     let name = file_name(f.file);
     (names_attention(f.function) || names_attention(name) || f.source.is_some_and(names_attention))
@@ -46,7 +46,7 @@ fn frame_clue(lines: &[String]) -> Option<String> {
 }
 
 /// The TensorFlow node named in the message's trailer, when it is attention code.
-fn node_clue(lines: &[String]) -> Option<String> {
+fn node_clue(lines: &[&str]) -> Option<String> {
     lines.iter().find_map(|l| {
         // `[[node …`, `[[Node: …`, TensorFlow 2's `[[{{node …}}]]`.
         let rest = l.get(l.find("[[")? + 2..)?.trim_start_matches('{');
@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     fn clue(text: &str) -> Option<String> {
-        attention_clue(&text.lines().map(str::to_owned).collect::<Vec<_>>())
+        attention_clue(&text.lines().collect::<Vec<_>>())
     }
 
     #[test]

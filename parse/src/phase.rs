@@ -226,7 +226,7 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
 }
 
 /// The frames of `lines`, outermost first (also what `op.rs` reads the failing code from).
-pub(crate) fn frames<'a>(lines: &'a [String]) -> Vec<Frame<'a>> {
+pub(crate) fn frames<'a>(lines: &[&'a str]) -> Vec<Frame<'a>> {
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         if let Some((file, function)) = frame_of(l) {
@@ -289,7 +289,7 @@ pub fn phase_of_site(file: &str, function: &str) -> Option<Phase> {
 
 /// The phase of a failure whose lines (traceback, message, trailer) are `lines`; `compact` is the
 /// compact form of its message text. `None` when nothing places it.
-pub fn phase_of(lines: &[String], compact: &str) -> Option<PhaseFinding> {
+pub fn phase_of(lines: &[&str], compact: &str) -> Option<PhaseFinding> {
     let mut best: Option<(Phase, String)> = None;
     let mut consider = |p: Phase, clue: String| {
         if best.as_ref().is_none_or(|(b, _)| rank(p) < rank(*b)) {
@@ -315,7 +315,7 @@ mod tests {
     use crate::text::compact;
 
     fn phase(text: &str) -> Option<Phase> {
-        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let lines: Vec<&str> = text.lines().collect();
         phase_of(&lines, &compact(text)).map(|f| f.phase)
     }
 
