@@ -33,8 +33,8 @@
 //! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure. So are a head
 //! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), a long line a
 //! terminal hard-wrapped (its failure words cut, or its first part already speaking of a failure:
-//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`), PyTorch 1.x's message
-//! wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
+//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`),
+//! PyTorch 1.x's message wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
 //! lines reporting it, and a failure with numbers and its advice a few lines on without them
 //! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`), and a
 //! traceback printed right after its message (old PyTorch's `THCudaCheck FAIL` before Python
@@ -526,7 +526,6 @@ impl Traceback {
     }
 }
 
-/// Python's traceback header.
 /// Words of a failure that a terminal's hard wrap may cut in two.
 const WRAPPED_WORDS: [&str; 7] = [
     "outofmemory",
@@ -565,6 +564,7 @@ fn wrapped_failure(head: &str, next: &str) -> bool {
             .any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
 }
 
+/// Python's traceback header.
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
 }
@@ -586,7 +586,10 @@ fn native_frame(body: &str) -> bool {
     t.starts_with("C++ Traceback")
         || t.starts_with("Error Message Summary")
         || t.split_once(char::is_whitespace).is_some_and(|(n, rest)| {
-            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && rest.starts_with(char::is_whitespace)
+            !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && rest.starts_with(char::is_whitespace)
+                && (rest.contains("::") || rest.trim_start().starts_with("0x"))
         })
 }
 

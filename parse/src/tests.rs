@@ -729,6 +729,19 @@ fn decorations_change_nothing() {
     let found: Vec<_> =
         paddle.iter().map(|e| (e.framework, e.line, e.phase.as_ref().map(|p| p.phase))).collect();
     assert_eq!(found, [("paddle", 1, Some(Phase::Forward))]);
+    // Numbered lines that are not native frames (a progress table) end another error's traceback.
+    let table = parse_all([
+        "Traceback (most recent call last):",
+        "  File \"eval.py\", line 3, in <module>",
+        "ValueError: bad config",
+        "1   epoch 1 loss 2.0",
+        "2   epoch 2 loss 1.9",
+        "3   epoch 3 loss 1.8",
+        "4   epoch 4 loss 1.7",
+        "RuntimeError: CUDA error: out of memory",
+    ]);
+    let lines: Vec<_> = table.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [8]);
 }
 
 /// A line a terminal hard-wrapped inside a failure's words, or whose first part already speaks of
