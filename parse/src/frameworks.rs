@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -493,6 +493,22 @@ fn cuda_runtime(c: &str) -> bool {
         // Cause: Available memory is insufficient.`, `reason=[driver error:out of memory]`.
         || (c.contains("el0004") && c.contains("failedtoallocatememory"))
         || c.contains("reason=[drivererror:outofmemory]")
+        // Kaldi's CUDA allocator: `ERROR (nnet3-chain-train[…]:AllocateNewRegion():cu-allocator.cc:
+        // 513) Failed to allocate a memory region of 356515840 bytes.  Possibly smaller minibatch
+        // size would help.  Memory info: free:190M, used:3844M, …`; its older allocator (and
+        // Eesen's, derived from it): `ERROR (train-ctc-parallel:MallocInternal():cuda-device.cc:668)
+        // Memory allocation failure`.
+        || c.contains("failedtoallocateamemoryregionof")
+        || (c.contains("mallocinternal") && c.contains("memoryallocationfailure"))
+        // CubeCL (Burn's GPU runtime) on wgpu / CUDA: `failed to reserve 3595479680 bytes of device
+        // memory: can't allocate buffer of size: 3595479680`, `No pool handles allocation of size
+        // 411041792` (larger than its largest memory pool).
+        || c.contains("can'tallocatebufferofsize")
+        || (c.contains("failedtoreserve") && c.contains("bytesofdevicememory"))
+        || c.contains("nopoolhandlesallocationofsize")
+        // OpenVINO's GPU plugin (OpenCL): `… reduce memory consumption (use smaller batch size, less
+        // streams, lower precision, etc)to avoid CL_OUT_OF_RESOURCES exception`.
+        || (c.contains("cl_out_of_resources") && c.contains("memory"))
     {
         return true;
     }
@@ -702,6 +718,12 @@ const REQUEST_BEFORE: &[&str] = &[
     "devicememoryeventhandler:deviceallocationof",
     // Intel Gaudi: `Allocation failed for size::469762048 (448)MB`.
     "pt_devmemallocationfailedforsize::",
+    // Kaldi: `Failed to allocate a memory region of 356515840 bytes`.
+    "failedtoallocateamemoryregionof",
+    // CubeCL: `can't allocate buffer of size: 4395368448`, `failed to reserve 3595479680 bytes of
+    // device memory`, `No pool handles allocation of size 411041792`.
+    "can'tallocatebufferofsize:",
+    "nopoolhandlesallocationofsize",
 ];
 
 /// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
@@ -777,6 +799,7 @@ pub fn extract(c: &str, f: &mut Fields) {
     {
         f.requested.get_or_insert(v);
     }
+    kaldi(c, f);
     // Spark RAPIDS: `Total RMM allocated is 9319438848 bytes` (its pool's allocations).
     if let Some((v, _)) = after(c, "totalrmmallocatedis", 0).and_then(|p| uint_at(c, p)) {
         f.allocated.get_or_insert(v);
@@ -794,6 +817,24 @@ pub fn extract(c: &str, f: &mut Fields) {
         && c.get(e2..).is_some_and(|s| s.starts_with("bytes)"))
     {
         f.requested.get_or_insert(v);
+    }
+}
+
+/// Kaldi's allocator prints the device's memory in MiB (`M`) after its failure: `Memory info:
+/// free:15426M, used:17053M, total:32480M, free/total:0.474948`, in older releases without the
+/// total (then free + used is the card).
+fn kaldi(c: &str, f: &mut Fields) {
+    let Some(p) = after(c, "memoryinfo:free:", 0) else { return };
+    let Some((free, e)) = size_at(c, p, true) else { return };
+    f.free.get_or_insert(free);
+    let used = after(c, ",used:", e).filter(|&u| u == e + 6).and_then(|u| size_at(c, u, true));
+    let total = used
+        .and_then(|(_, e)| after(c, ",total:", e).filter(|&t| t == e + 7))
+        .and_then(|t| size_at(c, t, true));
+    if let Some((total, _)) = total {
+        f.capacity.get_or_insert(total);
+    } else if let Some((used, _)) = used {
+        f.capacity.get_or_insert(free.saturating_add(used));
     }
 }
 
@@ -1143,6 +1184,16 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "pytorch"
         } else if c.contains("executionoftvm") || c.contains("tvm.apache.org") {
             "tvm"
+        } else if c.contains("cu-allocator") || c.contains("cuda-device.cc") || c.contains("kaldi") {
+            "kaldi"
+        } else if c.contains("cubecl")
+            || c.contains("can'tallocatebufferofsize")
+            || c.contains("nopoolhandlesallocation")
+            || c.contains("bytesofdevicememory:")
+        {
+            "cubecl"
+        } else if c.contains("cl_out_of_resources") || c.contains("openvino") {
+            "openvino"
         } else if c.contains("memoryobjectallocationfailure") {
             "opencl"
         } else if c.contains("notenoughspacetoallocate") && c.contains("bank") {
@@ -1420,6 +1471,23 @@ mod tests {
             ),
             ("Out of memory when gamma is acquired in CudaLayerNorm.", Family::Cuda),
             (
+                "ERROR (nnet3-chain-train[5.5.95~1-4bdb]:AllocateNewRegion():cu-allocator.cc:513) Failed to allocate a memory region of 356515840 bytes.",
+                Family::Cuda,
+            ),
+            (
+                "ERROR (train-ctc-parallel:MallocInternal():cuda-device.cc:668) Memory allocation failure",
+                Family::Cuda,
+            ),
+            (
+                "cubecl-wgpu .../compute/server.rs:270: can't allocate buffer of size: 4395368448",
+                Family::Cuda,
+            ),
+            ("No pool handles allocation of size 411041792", Family::Cuda),
+            (
+                "Please try to update the driver or reduce memory consumption (use smaller batch size, less streams, lower precision, etc)to avoid CL_OUT_OF_RESOURCES exception",
+                Family::Cuda,
+            ),
+            (
                 "F0111 syncedmem.cpp:45] Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0) ",
                 Family::Cuda,
             ),
@@ -1507,6 +1575,18 @@ mod tests {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
         }
         assert_eq!(detect(&compact("INFO memory usage 12 GiB")), None);
+    }
+
+    #[test]
+    fn kaldi_memory_info() {
+        let f = fields(
+            "Failed to allocate a memory region of 356515840 bytes.  Possibly smaller minibatch size would help.  Memory info: free:190M, used:3844M,",
+        );
+        assert_eq!((f.requested, f.free, f.capacity), (Some(356_515_840), Some(190 << 20), Some(4034 << 20)));
+        let f = fields("Memory info: free:15426M, used:17053M, total:32480M, free/total:0.474948");
+        assert_eq!((f.free, f.capacity), (Some(15426 << 20), Some(32480 << 20)));
+        let f = fields("Memory info: free:15426M, used:");
+        assert_eq!((f.free, f.capacity), (Some(15426 << 20), None));
     }
 
     #[test]

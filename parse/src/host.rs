@@ -6,13 +6,13 @@
 //!
 //! | evidence | lines (examples) |
 //! |---|---|
-//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too) |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker) |
+//! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too); Heroku's `R14 (Memory quota exceeded)` / `R15 (Memory quota vastly exceeded)`; Streamlit Cloud's `has gone over its resource limits`; SageMaker's `Please use an instance type with more memory`; iOS's `Terminated due to memory issue` / `killed by the operating system because it is using too much memory`; an application's `Process killed (out of memory)` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes; MPI launchers: MPICH Hydra's `KILLED BY SIGNAL: 9 (Killed)` / `=   EXIT CODE: 9`, Open MPI's `exited on signal 9 (Killed)`, MVAPICH's `MPI process (rank: …) terminated with signal 9`; Horovod's `exit with status code 137` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
-//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`, an issue title cut at `is killed by signal`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died; not after the kernel's own failure); worker pools (`BrokenProcessPool: A process in the process pool was terminated abruptly`, loky's `worker process … was unexpectedly terminated`, datasets' `One of the subprocesses has abruptly died`) |
+//! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`, an issue title cut at `is killed by signal`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died; not after the kernel's own failure); worker pools (`BrokenProcessPool: A process in the process pool was terminated abruptly`, loky's `worker process … was unexpectedly terminated`, datasets' `One of the subprocesses has abruptly died`); Databricks' `The spark driver has stopped unexpectedly and is restarting` / `The Python kernel is unresponsive` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
@@ -66,7 +66,8 @@ pub struct HostSymptom {
     pub evidence: HostEvidence,
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
-    /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`.
+    /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`, `mpi`, `heroku`,
+    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `other`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -225,6 +226,37 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["process in the executor was terminated abruptly"], HostEvidence::Exited, "joblib"),
     (&["child process terminated abruptly"], HostEvidence::Exited, "python"),
     (&["subprocesses has abruptly died"], HostEvidence::Exited, "datasets"),
+    // MPI launchers reporting a rank the kernel killed: MPICH's Hydra box `=   KILLED BY SIGNAL: 9
+    // (Killed)`, Open MPI's `mpirun noticed that process rank 7 with PID 0 on node n exited on
+    // signal 9 (Killed).`, MVAPICH's `MPI process (rank: 0, pid: 39547) terminated with signal 9
+    // -> abort job` (Hydra's `EXIT CODE: 9` is read below).
+    (&["killed by signal: 9 (killed)"], HostEvidence::Sigkill, "mpi"),
+    (&["exited on signal 9 (killed)"], HostEvidence::Sigkill, "mpi"),
+    (&["mpi process", "terminated with signal 9 "], HostEvidence::Sigkill, "mpi"),
+    // Heroku's router log: `Error R14 (Memory quota exceeded)` (the dyno swaps), `Error R15
+    // (Memory quota vastly exceeded)` (the platform kills it).
+    (&["r14 (memory quota exceeded)"], HostEvidence::Explicit, "heroku"),
+    (&["r15 (memory quota vastly exceeded)"], HostEvidence::Explicit, "heroku"),
+    // Managed platforms: Streamlit Community Cloud's mail `your app … has gone over its resource
+    // limits` (its limit is the app's memory), SageMaker's `ClientError: Please use an instance
+    // type with more memory, or reduce the size of job data processed on an instance`.
+    (&["has gone over its resource limits"], HostEvidence::Explicit, "streamlit"),
+    (&["instance type with more memory"], HostEvidence::Explicit, "sagemaker"),
+    // Databricks restarting what died (the driver's JVM or the notebook's Python, most often for
+    // the driver node's memory): `The spark driver has stopped unexpectedly and is restarting.`,
+    // `Fatal error: The Python kernel is unresponsive.`
+    (&["spark driver has stopped unexpectedly"], HostEvidence::Exited, "databricks"),
+    (&["python kernel is unresponsive"], HostEvidence::Exited, "databricks"),
+    // R's `system()` / `quit()` could not fork: `system call failed: Cannot allocate memory`.
+    (&["system call failed: cannot allocate memory"], HostEvidence::Allocation, "r"),
+    // iOS's jetsam killing an app (Xcode's debugger): `Message from debugger: Terminated due to
+    // memory issue`, `The app “…” has been killed by the operating system because it is using too
+    // much memory.`
+    (&["terminated due to memory issue"], HostEvidence::Explicit, "ios"),
+    (&["killed by the operating system because it is using too much memory"], HostEvidence::Explicit, "ios"),
+    // An application's own report of its worker's death: `Process killed (out of memory) -- try a
+    // lighter model or smaller image (code: exit-SIGKILL)`.
+    (&["process killed (out of memory)"], HostEvidence::Explicit, "other"),
 ];
 
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
@@ -260,7 +292,6 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("outofmemoryerror")
         || l.contains("earlyoom")
         || l.contains("</torch_")
-        || l.contains("exited unexpectedly")
         || l.contains("kernelrestarter")
         || l.contains("cpu buffer")
         || l.contains("auslagerungsdatei")
@@ -268,6 +299,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || t.contains("页面文件太小")
         || l.contains("cpu_buffer")
         || l.contains("abru")
+        || l.contains("unexpectedly")
+        || l.contains("unresponsive")
+        || l.contains("resource limits")
+        || l.contains("exit code: 9")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -416,6 +451,8 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.contains("exit code: 137")
         || l.contains("exited with code 137")
         || l.contains("exit status 137")
+        // Horovod's launcher: `Process 0 exit with status code 137.`
+        || l.contains("exit with status code 137")
         || (l.starts_with("exit code:") && l.trim_start_matches("exit code:").trim() == "137")
         // Kubernetes' container status (`kubectl get pod -o yaml`, `lastState` / `lastFailureInfo`):
         // `exitCode: 137`, in JSON `"exitCode": 137`.
@@ -423,6 +460,10 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || ends_word(&l, "\"exitcode\": 137")
     {
         return sym(Sigkill, "shell", None);
+    }
+    // MPICH's Hydra box gives a rank's signal as its exit code: `=   EXIT CODE: 9`.
+    if t.starts_with('=') && l.trim_start_matches(['=', ' ']).trim_end() == "exit code: 9" {
+        return sym(Sigkill, "mpi", None);
     }
     // Nextflow: `Process `align (19)` terminated with an error exit status (137)`, `The exit status
     // of the task that caused the workflow execution to fail was: 137.`
@@ -803,6 +844,42 @@ mod tests {
                 "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
                 (Explicit, "dask", None),
             ),
+            ("=   KILLED BY SIGNAL: 9 (Killed)", (Sigkill, "mpi", None)),
+            ("=   EXIT CODE: 9", (Sigkill, "mpi", None)),
+            (
+                "mpirun noticed that process rank 7 with PID 0 on node HOSTNAME exited on signal 9 (Killed).",
+                (Sigkill, "mpi", None),
+            ),
+            (
+                "[c558-702.stampede.tacc.utexas.edu:mpispawn_0][child_handler] MPI process (rank: 0, pid: 39547) terminated with signal 9 -> abort job",
+                (Sigkill, "mpi", None),
+            ),
+            ("Process 0 exit with status code 137.", (Sigkill, "shell", None)),
+            ("heroku/web.1: Error R14 (Memory quota exceeded)", (Explicit, "heroku", None)),
+            ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)", (Explicit, "heroku", None)),
+            (
+                "Just wanted to let you know that your app on Streamlit Cloud deployed from this repo has gone over its resource limits.",
+                (Explicit, "streamlit", None),
+            ),
+            (
+                "ClientError: Please use an instance type with more memory, or reduce the size of job data processed on an instance",
+                (Explicit, "sagemaker", None),
+            ),
+            (
+                "The spark driver has stopped unexpectedly and is restarting. Your notebook will be automatically reattached.",
+                (Exited, "databricks", None),
+            ),
+            ("Fatal error: The Python kernel is unresponsive.", (Exited, "databricks", None)),
+            ("  system call failed: Cannot allocate memory", (Allocation, "r", None)),
+            ("Message from debugger: Terminated due to memory issue", (Explicit, "ios", None)),
+            (
+                "The app “Demo” has been killed by the operating system because it is using too much memory.",
+                (Explicit, "ios", None),
+            ),
+            (
+                "SafeError: Process killed (out of memory) -- try a lighter model or smaller image (code: exit-SIGKILL)",
+                (Explicit, "other", None),
+            ),
         ] {
             assert_eq!(ev(line), Some(want), "{line}");
         }
@@ -831,6 +908,13 @@ mod tests {
             "slurmstepd: error: Exceeded step memory limit at some point.",
             "c++: internal compiler error: Segmentation fault (program cc1plus)",
             "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)",
+            "=   EXIT CODE: 139",
+            "EXIT CODE: 9",
+            "=   KILLED BY SIGNAL: 11 (Segmentation fault)",
+            "mpirun noticed that process rank 0 with PID 1 on node n exited on signal 11 (Segmentation fault).",
+            "MPI process (rank: 0, pid: 1) terminated with signal 91 -> abort job",
+            "Process 0 exit with status code 1.",
+            "heroku[web.1]: Error R10 (Boot timeout)",
         ] {
             assert_eq!(ev(line), None, "{line}");
         }

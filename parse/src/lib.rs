@@ -538,8 +538,20 @@ const WRAPPED_WORDS: [&str; 7] = [
 ];
 
 /// Words of a line that begins to report a failure.
-const FAILURE_WORDS: [&str; 8] =
-    ["error", "fail", "memory", "alloc", "oom", "exhausted", "unable", "notenough"];
+const FAILURE_WORDS: [&str; 12] = [
+    "error",
+    "fail",
+    "memory",
+    "alloc",
+    "oom",
+    "exhausted",
+    "unable",
+    "notenough",
+    "kill",
+    "signal",
+    "exit",
+    "terminat",
+];
 
 /// True when a long line (`raw`, compact `c`) may be the first part of a failure a terminal
 /// hard-wrapped: at least [`MIN_WRAP_WIDTH`] characters, and it speaks of a failure or ends inside
@@ -892,8 +904,19 @@ impl LogParser {
                 if head_origin.compatible(&origin)
                     && (head_c.ends_with(':') || wrapped_failure(&head_c, &c)) =>
             {
+                // A device failure's words, else a host symptom's (matched on the line as it was
+                // before the wrap: the head's body and this line's text).
                 frameworks::detect(&format!("{head_c}{c}"))
-                    .map(|f| (f, number, head_raw, head_c, head_origin))
+                    .map(|f| (f, None))
+                    .or_else(|| {
+                        let joined = format!("{}{raw}", prefix::strip(&head_raw).0);
+                        host::detect(&joined)
+                            .filter(|s| {
+                                !self.launcher_explained(s, &head_origin) && !self.timeout_explained(s)
+                            })
+                            .map(|s| (Family::Host, Some(s)))
+                    })
+                    .map(|(f, s)| (f, s, number, head_raw, head_c, head_origin))
             }
             _ => None,
         };
@@ -904,12 +927,12 @@ impl LogParser {
         {
             self.head = Some((self.line, raw.to_owned(), c.clone(), origin.clone()));
         }
-        if let Some((family, number, head_raw, head_c, head_origin)) = wrapped {
+        if let Some((family, wrapped_symptom, number, head_raw, head_c, head_origin)) = wrapped {
             // The head and its wrapped message: one failure that starts at the head.
             let this_line = self.line;
             self.line = number;
             let head = Line { raw: &head_raw, body: prefix::strip(&head_raw).0, c: &head_c };
-            self.start(family, head, head_origin, None, &mut out);
+            self.start(family, head, head_origin, wrapped_symptom, &mut out);
             self.line = this_line;
             if let Some(p) = self.pending.last_mut() {
                 p.push_line(Line { raw, body, c: &c }, &origin);

@@ -767,4 +767,23 @@ fn terminal_wrapped_lines() {
         "comfyui-rocm  | Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
     ]);
     assert!(warning.is_empty(), "{warning:?}");
+    // A host symptom whose words the wrap cut: matched on the line as it was.
+    let ios = parse_all([
+        "The app “SwiftMistralCoreML-DemoApp” has been killed by the operating system because it is using too much",
+        " memory.",
+    ]);
+    let found: Vec<_> = ios.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+    assert_eq!(found, [("host_oom_kill", "ios", 1)]);
+    let mpi = parse_all([
+        "[c558-702.stampede.tacc.utexas.edu:mpispawn_0][child_handler] MPI process (rank: 0, pid: 39547) terminated",
+        " with signal 9 -> abort job",
+    ]);
+    assert_eq!(mpi.len(), 1);
+    assert_eq!(mpi[0].framework, "mpi");
+    // A long line that speaks of a kill, then a line of its own: nothing joined into a symptom.
+    let two = parse_all([
+        "INFO 2024-05-01 12:00:00 scheduler: the job killed last night was restarted on another node at 03:00",
+        "137 tasks are queued",
+    ]);
+    assert!(two.is_empty(), "{two:?}");
 }
