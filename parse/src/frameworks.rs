@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure`, `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), and any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc` | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -23,7 +23,7 @@
 
 use super::Fields;
 use super::prefix::Origin;
-use super::text::after;
+use super::text::{after, has};
 use super::units::{GIB, number_at, size_at, u32_at, uint_at};
 
 /// The kind of message that starts an event.
@@ -73,116 +73,117 @@ impl Family {
 /// The family whose message `c` (a compact line) starts, if any.
 pub fn detect(c: &str) -> Option<Family> {
     // Cheap gate: every start contains one of these.
-    if !(c.contains("memory")
-        || c.contains("alloc")
-        || c.contains("oom")
-        || c.contains("out_of_memory")
-        || c.contains("resource_exhausted")
-        || c.contains("executablebatchsize")
-        || c.contains("toserveatleastonerequest")
-        || c.contains("storedinkvcache")
-        || c.contains("anyotherprocessusinggpu")
-        || c.contains("attemptingtoreserve")
-        || c.contains("out_of_resources")
-        || c.contains("vram")
-        || c.contains("cublashandle")
-        || c.contains("cublascreate(handle)")
-        || c.contains("failedwitherror2")
-        || c.contains("curesulterror")
-        || c.contains("enoughgpuram")
-        || c.contains("dsttensorisnotinitialized")
-        || c.contains("mambacacheblocks")
-        || c.contains("gemmlaunchfailed")
-        || c.contains("validcudnnalgorithm"))
+    if !(has(c, "memory")
+        || has(c, "alloc")
+        || has(c, "oom")
+        || has(c, "out_of_memory")
+        || has(c, "resource_exhausted")
+        || has(c, "executablebatchsize")
+        || has(c, "toserveatleastonerequest")
+        || has(c, "storedinkvcache")
+        || has(c, "anyotherprocessusinggpu")
+        || has(c, "attemptingtoreserve")
+        || has(c, "out_of_resources")
+        || has(c, "vram")
+        || has(c, "cublashandle")
+        || has(c, "cublascreate(handle)")
+        || has(c, "failedwitherror2")
+        || has(c, "curesulterror")
+        || has(c, "enoughgpuram")
+        || has(c, "dsttensorisnotinitialized")
+        || has(c, "mambacacheblocks")
+        || has(c, "gemmlaunchfailed")
+        || has(c, "validcudnnalgorithm")
+        || has(c, "hbmusage"))
     {
         return None;
     }
     // Warnings that only look like failures: TensorFlow's BFC allocator retrying with less.
     // DataParallel's wrapper of a replica's OOM names the failure whose own message follows it
     // (`LogParser` marks the traceback instead).
-    if c.contains("thecallerindicatesthatthisisnotafailure") || replica_wrapper(c) {
+    if has(c, "thecallerindicatesthatthisisnotafailure") || replica_wrapper(c) {
         return None;
     }
-    if c.contains("outofmemoryallocating") || c.contains("outofmemorytoallocate") {
+    if has(c, "outofmemoryallocating") || has(c, "outofmemorytoallocate") {
         return Some(Family::Cupy);
     }
-    if (c.contains("outofmemory") && c.contains("triedtoallocate")) || c.contains("mpsbackendoutofmemory") {
+    if (has(c, "outofmemory") && has(c, "triedtoallocate")) || has(c, "mpsbackendoutofmemory") {
         return Some(Family::Torch);
     }
     // Ascend's torch_npu cut to its head: `RuntimeError: NPU out of memory.`
-    if c.contains("error:npuoutofmemory") {
+    if has(c, "error:npuoutofmemory") {
         return Some(Family::Torch);
     }
     // ComfyUI's error report (markdown): `- **Exception Type:** torch.OutOfMemoryError`.
-    if c.contains("exceptiontype:**") && c.contains("outofmemoryerror") && !c.contains("java.lang") {
+    if has(c, "exceptiontype:**") && has(c, "outofmemoryerror") && !has(c, "java.lang") {
         return Some(Family::Torch);
     }
     // A training loop that caught PyTorch's OOM and went on (Boltz; fairseq's older trainer):
     // `WARNING: ran out of memory, skipping batch` — the batch's work is lost, no numbers.
-    if c.contains("ranoutofmemory,skippingbatch") {
+    if has(c, "ranoutofmemory,skippingbatch") {
         return Some(Family::Torch);
     }
     // PyTorch's message pasted without its head (also an issue title cut right after 2.x's
     // `Tried to allocate 160.00 MiB. GPU`).
     if let Some(p) = after(c, "triedtoallocate", 0)
-        && (c.contains("(gpu")
-            || c.contains("(npu")
-            || c.contains("hasatotalcapac")
+        && (has(c, "(gpu")
+            || has(c, "(npu")
+            || has(c, "hasatotalcapac")
             || size_at(c, p, false).is_some_and(|(_, e)| c[e..].starts_with(".gpu")))
     {
         return Some(Family::Torch);
     }
     if (c.starts_with("(gpu") || c.starts_with("(npu"))
-        && c.contains("totalcapacity;")
-        && c.contains("alreadyallocated")
+        && has(c, "totalcapacity;")
+        && has(c, "alreadyallocated")
     {
         return Some(Family::Torch);
     }
-    if c.contains("allocationondevice")
-        && (c.contains("wouldexceedallowedmemory")
-            || c.contains("outofmemoryerror:allocationondevice")
-            || c.contains("exceptionduringprocessing")
+    if has(c, "allocationondevice")
+        && (has(c, "wouldexceedallowedmemory")
+            || has(c, "outofmemoryerror:allocationondevice")
+            || has(c, "exceptionduringprocessing")
             // Its UI's report: `Error occurred when executing KSampler:`, a blank line, the
             // message (joined by the parser's head).
-            || c.contains("erroroccurredwhenexecuting"))
+            || has(c, "erroroccurredwhenexecuting"))
     {
         return Some(Family::Torch);
     }
     // (Also the head alone, as an issue title carries it: `Out of memory error on GPU`.)
-    if c.contains("outofmemoryerrorongpu") {
+    if has(c, "outofmemoryerrorongpu") {
         return Some(Family::Paddle);
     }
     // The 1.5-era fluid allocator: `Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_…`.
-    if (c.contains("cannotallocate") && c.contains("gpumemory,availablememoryis"))
-        || (c.contains("cannotmalloc") && c.contains("gpumemory"))
-        || c.contains("pleasecheckwhetherthereisanyotherprocessusinggpu")
+    if (has(c, "cannotallocate") && has(c, "gpumemory,availablememoryis"))
+        || (has(c, "cannotmalloc") && has(c, "gpumemory"))
+        || has(c, "pleasecheckwhetherthereisanyotherprocessusinggpu")
     {
         return Some(Family::Paddle);
     }
     // cuBLAS could not create its handle: `CUBLAS_STATUS_NOT_INITIALIZED when calling
     // `cublasCreate(handle)`` is how PyTorch reports the handle's workspace allocation failing on
     // a full GPU (without `cublasCreate` it says nothing of memory).
-    if c.contains("cublas_status_alloc_failed")
-        || (c.contains("cublas_status_not_initialized") && c.contains("cublascreate(handle)"))
+    if has(c, "cublas_status_alloc_failed")
+        || (has(c, "cublas_status_not_initialized") && has(c, "cublascreate(handle)"))
     {
         return Some(Family::Cublas);
     }
-    if c.contains("cudnn_status_alloc_failed") {
+    if has(c, "cudnn_status_alloc_failed") {
         return Some(Family::Cudnn);
     }
-    if c.contains("cudafailure'outofmemory'") || c.contains("cudafailure2'outofmemory'") {
+    if has(c, "cudafailure'outofmemory'") || has(c, "cudafailure2'outofmemory'") {
         return Some(Family::Nccl);
     }
-    if c.contains("oomwhenallocatingtensor") {
+    if has(c, "oomwhenallocatingtensor") {
         return Some(Family::TfTensor);
     }
     // The same with its first letters lost in a paste (`OM when allocating tensor with shape[…]
     // … by allocator GPU_0_bfc`): the shape and the allocator's name are TensorFlow's OOM alone.
-    if c.contains("byallocator") && tf_shape(c).is_some() {
+    if has(c, "byallocator") && tf_shape(c).is_some() {
         return Some(Family::TfTensor);
     }
     // The same error cut to its head (an issue title, a one-line summary): `ResourceExhaustedError: OOM`.
-    if c.contains("resourceexhaustederror:oom") {
+    if has(c, "resourceexhaustederror:oom") {
         return Some(Family::TfTensor);
     }
     // TensorFlow 1.x's GPU allocator: `ResourceExhaustedError: Ran out of GPU memory when
@@ -194,83 +195,85 @@ pub fn detect(c: &str) -> Option<Family> {
     // TensorFlow / XLA autotuning a convolution whose workspace does not fit: `No algorithm
     // worked!  Error messages: Profiling failure on CUDNN engine 1: RESOURCE_EXHAUSTED: Allocating
     // 4718624784 bytes exceeds the memory limit of 4294967296 bytes.`
-    if c.contains("resource_exhausted:allocating") && c.contains("exceedsthememorylimitof") {
+    if has(c, "resource_exhausted:allocating") && has(c, "exceedsthememorylimitof") {
         return Some(Family::TfTensor);
     }
-    if c.contains("ranoutofgpumemorywhenallocating")
+    if has(c, "ranoutofgpumemorywhenallocating")
         // (Also alone: `InternalError (see above for traceback): Dst tensor is not initialized.`)
-        || c.contains("dsttensorisnotinitialized")
-        || ((c.contains("resourceexhaustederror:") || c.contains("resource_exhausted:"))
-            && c.contains(":failedtoallocatememory"))
+        || has(c, "dsttensorisnotinitialized")
+        || ((has(c, "resourceexhaustederror:") || has(c, "resource_exhausted:"))
+            && has(c, ":failedtoallocatememory"))
         // TensorFlow 1.x's session listing its root errors: `(0) Resource exhausted: failed to
         // allocate memory` under `ResourceExhaustedError: 2 root error(s) found.`
-        || c.contains("resourceexhausted:failedtoallocatememory")
+        || has(c, "resourceexhausted:failedtoallocatememory")
     {
         return Some(Family::TfTensor);
     }
-    if c.contains("ranoutofmemorytryingtoallocate") {
+    if has(c, "ranoutofmemorytryingtoallocate") {
         return Some(Family::Bfc);
     }
     // `ofmemorywhiletryingtoallocate`: also the older jaxlib line hard-wrapped after `Out`.
-    if c.contains("ofmemorywhiletryingtoallocate")
-        || c.contains("failedtoallocaterequestfor")
-        || c.contains("ranoutofmemoryinmemoryspace")
-        || c.contains("resource_exhausted:errorallocatingdevicebuffer")
-        || c.contains("unlikelytohaveenoughmemory")
-        || (c.contains("attemptingtoreserve") && c.contains("thatwasnotpossible"))
+    if has(c, "ofmemorywhiletryingtoallocate")
+        || has(c, "failedtoallocaterequestfor")
+        || has(c, "ranoutofmemoryinmemoryspace")
+        || has(c, "resource_exhausted:errorallocatingdevicebuffer")
+        || has(c, "unlikelytohaveenoughmemory")
+        || (has(c, "attemptingtoreserve") && has(c, "thatwasnotpossible"))
         // Older PyTorch/XLA on TPU: `Resource exhausted: Attempting to allocate 180.59M. That was
         // not possible. There are 142.58M free.; (0x3x0_HBM1)`.
-        || (c.contains("attemptingtoallocate") && c.contains("thatwasnotpossible"))
+        || (has(c, "attemptingtoallocate") && has(c, "thatwasnotpossible"))
         // XLA could not place a constant of the compiled program: `INTERNAL: Failed to allocate
         // 98697216 bytes for new constant`.
-        || (c.contains("failedtoallocate") && c.contains("bytesfornewconstant"))
+        || (has(c, "failedtoallocate") && has(c, "bytesfornewconstant"))
         // XLA's status alone, as an issue title carries it: `RESOURCE_EXHAUSTED: Out of memory`.
-        || c.contains("resource_exhausted:outofmemory")
+        || has(c, "resource_exhausted:outofmemory")
         // Older jaxlib (AlphaFold 2): `RuntimeError: Resource exhausted: Out of memory`.
-        || c.contains("resourceexhausted:outofmemory")
+        || has(c, "resourceexhausted:outofmemory")
+        // A paste that begins at the TPU compiler's account of the memory it needed (its
+        // `Ran out of memory in memory space hbm` headline cut off; after the headline the
+        // account is the same failure's, `LogParser`).
+        || tpu_usage_summary(c)
     {
         return Some(Family::Jax);
     }
     // MXNet's pooled storage manager (`cudaMalloc failed: out of memory`, `Memory allocation
     // failed.`): the CUDA runtime error in MXNet's words.
-    if c.contains("pooled_storage_manager")
-        && (c.contains("cudamallocfai") || c.contains("memoryallocationfailed"))
-    {
+    if has(c, "pooled_storage_manager") && (has(c, "cudamallocfai") || has(c, "memoryallocationfailed")) {
         return Some(Family::Cuda);
     }
-    if c.contains("cudamallocfailed:outofmemory")
-        || (c.contains("failedtoallocatecuda") && c.contains("bufferofsize"))
-        || c.contains("ggml_cuda_host_malloc:failedtoallocate")
-        || (c.contains("unabletoallocate") && (c.contains("cuda0buffer") || c.contains("backendbuffer")))
-        || c.contains("failedtoallocatebufferforkvcache")
-        || c.contains("failedtoallocatecomputebuffers")
+    if has(c, "cudamallocfailed:outofmemory")
+        || (has(c, "failedtoallocatecuda") && has(c, "bufferofsize"))
+        || has(c, "ggml_cuda_host_malloc:failedtoallocate")
+        || (has(c, "unabletoallocate") && (has(c, "cuda0buffer") || has(c, "backendbuffer")))
+        || has(c, "failedtoallocatebufferforkvcache")
+        || has(c, "failedtoallocatecomputebuffers")
         // LM Studio's llama.cpp: `failed to allocate compute pp buffers`.
-        || c.contains("failedtoallocatecomputeppbuffers")
+        || has(c, "failedtoallocatecomputeppbuffers")
         // Early llama.cpp's fixed context pool, sized from the batch: `ggml_new_tensor_impl: not
         // enough space in the context's memory pool (needed 819409712, available 805306368)`.
-        || (c.contains("notenoughspaceinthe") && c.contains("memorypool(needed"))
+        || (has(c, "notenoughspaceinthe") && has(c, "memorypool(needed"))
         // ggml's Vulkan backend: `ggml_vulkan: Device memory allocation of size N failed.`,
         // `vk::Device::allocateMemory: ErrorOutOfDeviceMemory`.
-        || (c.contains("ggml_vulkan:") && c.contains("memoryallocationofsize") && c.contains("failed"))
-        || c.contains("erroroutofdevicememory")
+        || (has(c, "ggml_vulkan:") && has(c, "memoryallocationofsize") && has(c, "failed"))
+        || has(c, "erroroutofdevicememory")
         // node-llama-cpp's check before it creates a context: `A context size of 4096 is too
         // large for the available VRAM`.
-        || (c.contains("contextsizeof") && c.contains("toolargefortheavailablevram"))
+        || (has(c, "contextsizeof") && has(c, "toolargefortheavailablevram"))
         // ollama when its runner died loading the model: `Error: llama runner exited, you may not
         // have enough available memory to run this model`.
-        || c.contains("llamarunnerexited,youmaynothaveenoughavailablememory")
+        || has(c, "llamarunnerexited,youmaynothaveenoughavailablememory")
     {
         return Some(Family::Ggml);
     }
-    if c.contains("hiperror:outofmemory")
-        || c.contains("hiperroroutofmemory")
+    if has(c, "hiperror:outofmemory")
+        || has(c, "hiperroroutofmemory")
         // MIOpen (ROCm's cuDNN) could not allocate its workspace: `MIOpen Error: …/handlehip.cpp:68:
         // Memory not available to allocate buffer: 528515072`.
-        || c.contains("memorynotavailabletoallocatebuffer")
-        || (c.contains("fromdevice:") && c.contains("hiperror_t(1002)"))
+        || has(c, "memorynotavailabletoallocatebuffer")
+        || (has(c, "fromdevice:") && has(c, "hiperror_t(1002)"))
         // TensorFlow's ROCm driver wrapper: `rocm_driver.cc:600] failed to allocate 3.08G
         // (3304535552 bytes) from device: HIP_ERROR_OutOfMemory`.
-        || c.contains("fromdevice:hip_error_outofmemory")
+        || has(c, "fromdevice:hip_error_outofmemory")
     {
         return Some(Family::Hip);
     }
@@ -278,38 +281,45 @@ pub fn detect(c: &str) -> Option<Family> {
     // processes to print them (Jetson, WSL and other NVML-less platforms): `NVML_SUCCESS == r
     // INTERNAL ASSERT FAILED at ".../c10/cuda/CUDACachingAllocator.cpp":841` — its OOM message
     // path, with no numbers.
-    if c.contains("nvml_success==rinternalassertfailed") && c.contains("cudacachingallocator") {
+    if has(c, "nvml_success==rinternalassertfailed") && has(c, "cudacachingallocator") {
         return Some(Family::Torch);
     }
     // C++ code that let PyTorch's exception escape: `terminate called after throwing an instance
     // of 'c10::OutOfMemoryError'` (older: `'c10::CUDAOutOfMemoryError'`), its `what():` next.
-    if c.contains("throwinganinstanceof'c10::") && c.contains("outofmemoryerror'") {
+    if has(c, "throwinganinstanceof'c10::") && has(c, "outofmemoryerror'") {
         return Some(Family::Torch);
     }
     // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap, and Ray's
     // `ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.`
     // its memory monitor killing a worker for the host's memory: `host.rs`.)
-    if c.contains("cudaoutofmemory")
-        || c.contains("hipoutofmemory")
-        || (c.contains("outofmemoryerror:")
-            && !c.contains("java.lang.outofmemoryerror")
-            && !c.contains("rayoutofmemoryerror")
-            && !c.contains("ray.exceptions.outofmemoryerror"))
+    // DuckDB's buffer manager (host memory: `Out of Memory Error: failed to allocate data of size
+    // 256.0 MiB (12.2 GiB/12.1 GiB used)`, its CLI printing the message on the next line) is
+    // `host.rs`'s: an `Out of Memory Error:` that ends the line says nothing of whose memory.
+    if has(c, "cudaoutofmemory")
+        || has(c, "hipoutofmemory")
+        || (has(c, "outofmemoryerror:")
+            && !c.ends_with("outofmemoryerror:")
+            && !has(c, "java.lang.outofmemoryerror")
+            && !has(c, "rayoutofmemoryerror")
+            && !has(c, "ray.exceptions.outofmemoryerror")
+            && !has(c, "duckdb")
+            && !has(c, "outofmemoryerror:failedtoallocatedataofsize")
+            && !has(c, "outofmemoryerror:failedtoallocateblockof"))
     {
         return Some(Family::Torch);
     }
-    if c.contains("noavailablememoryforthecacheblocks")
-        || (c.contains("freememoryondevice") && c.contains("desiredgpumemoryutilization"))
-        || c.contains("islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache")
-        || (c.contains("toserveatleastonerequestwiththe") && c.contains("maxseqlen"))
-        || (c.contains("exceedsavailablemambacacheblocks"))
+    if has(c, "noavailablememoryforthecacheblocks")
+        || (has(c, "freememoryondevice") && has(c, "desiredgpumemoryutilization"))
+        || has(c, "islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache")
+        || (has(c, "toserveatleastonerequestwiththe") && has(c, "maxseqlen"))
+        || (has(c, "exceedsavailablemambacacheblocks"))
     {
         return Some(Family::Vllm);
     }
-    if c.contains("notenoughmemorytohandle") && c.contains("prefilltokens") {
+    if has(c, "notenoughmemorytohandle") && has(c, "prefilltokens") {
         return Some(Family::Serving);
     }
-    if c.contains("notenoughmemory.pleasetrytoincrease--mem-fraction-static") {
+    if has(c, "notenoughmemory.pleasetrytoincrease--mem-fraction-static") {
         return Some(Family::Serving);
     }
     // SGLang's KV-cache pool had no slots left for the running batch (raised after evicting
@@ -321,9 +331,7 @@ pub fn detect(c: &str) -> Option<Family> {
     // Accelerate's `device_map="auto"` placed part of a quantized model off the GPU, which
     // transformers refuses: `Some modules are dispatched on the CPU or the disk. Make sure you have
     // enough GPU RAM to fit the quantized model.`
-    if c.contains("noexecutablebatchsizefound")
-        || c.contains("makesureyouhaveenoughgpuramtofitthequantizedmodel")
-    {
+    if has(c, "noexecutablebatchsizefound") || has(c, "makesureyouhaveenoughgpuramtofitthequantizedmodel") {
         return Some(Family::Accelerate);
     }
     if cuda_runtime(c) {
@@ -337,110 +345,110 @@ fn cuda_runtime(c: &str) -> bool {
     // XLA's unified-memory allocator (`TF_FORCE_UNIFIED_MEMORY`) logs a refused request and goes
     // on with a smaller one: `failed to alloc N bytes unified memory; result:
     // CUDA_ERROR_OUT_OF_MEMORY` — a real failure follows from the BFC allocator if there is one.
-    if c.contains("bytesunifiedmemory;result:") {
+    if has(c, "bytesunifiedmemory;result:") {
         return false;
     }
-    if c.contains("cudaerror:outofmemory")
-        || c.contains("cudaerrormemoryallocation")
-        || c.contains("cudaruntimeerror(2):outofmemory")
-        || c.contains("cuda_error_out_of_memory")
-        || c.contains("cudaerror(2),outofmemory")
+    if has(c, "cudaerror:outofmemory")
+        || has(c, "cudaerrormemoryallocation")
+        || has(c, "cudaruntimeerror(2):outofmemory")
+        || has(c, "cuda_error_out_of_memory")
+        || has(c, "cudaerror(2),outofmemory")
         // TensorRT's builder: `Error Code 2: OutOfMemory (no further information)`.
-        || c.contains("errorcode2:outofmemory")
+        || has(c, "errorcode2:outofmemory")
         // SYCL's unified runtime (Intel GPUs, e.g. llama.cpp's SYCL backend): `UR backend returns:40
         // (UR_RESULT_ERROR_OUT_OF_RESOURCES)`; the older plugin interface's `PI_ERROR_OUT_OF_RESOURCES`.
-        || c.contains("ur_result_error_out_of_resources")
-        || c.contains("ur_result_error_out_of_device_memory")
-        || c.contains("pi_error_out_of_resources")
+        || has(c, "ur_result_error_out_of_resources")
+        || has(c, "ur_result_error_out_of_device_memory")
+        || has(c, "pi_error_out_of_resources")
         // Vulkan (TVM / MLC LLM): `Vulkan Error, code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY`.
-        || c.contains("vk_error_out_of_device_memory")
+        || has(c, "vk_error_out_of_device_memory")
         // cuBLAS could not create its handle (its workspace did not fit): TensorFlow / XLA
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`, newer XLA `… the
         // resource allocation failed`.
-        || (c.contains("failedtocreatecublashandle")
-            && (c.contains("cublas_status_not_initialized") || c.contains("resourceallocationfailed")))
+        || (has(c, "failedtocreatecublashandle")
+            && (has(c, "cublas_status_not_initialized") || has(c, "resourceallocationfailed")))
         // ONNX Runtime's arena (the CUDA / DirectML execution providers' device memory):
         // `onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested
         // buffer of size N`.
-        || (c.contains("bfcarena") && c.contains("failedtoallocatememoryforrequestedbuffer"))
+        || (has(c, "bfcarena") && has(c, "failedtoallocatememoryforrequestedbuffer"))
         // torch-directml: `Could not allocate tensor with N bytes. There is not enough GPU video
         // memory available!`.
-        || (c.contains("couldnotallocatetensorwith") && c.contains("notenoughgpuvideomemory"))
+        || (has(c, "couldnotallocatetensorwith") && has(c, "notenoughgpuvideomemory"))
         // AUTOMATIC1111's split attention checks before it allocates: `RuntimeError: Not enough
         // memory, use lower resolution (max approx. 384x384). Need: 0.0GB free, Have:0.0GB free`.
-        || c.contains("notenoughmemory,uselowerresolution")
+        || has(c, "notenoughmemory,uselowerresolution")
         // TensorRT-LLM's executor, Rust engines: `… failed due to insufficient GPU memory`.
-        || c.contains("insufficientgpumemory")
+        || has(c, "insufficientgpumemory")
         // OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE (`Memory Object Allocation Failure`).
-        || c.contains("memoryobjectallocationfailure")
+        || has(c, "memoryobjectallocationfailure")
         // ArrayFire: `ArrayFire Exception (Device out of memory:101)`.
-        || c.contains("deviceoutofmemory")
+        || has(c, "deviceoutofmemory")
         || gpu_memory_ran_out(c)
         // RAPIDS' memory manager (RMM) pool over its limit: `RMM failure at: …
         // pool_memory_resource.hpp:179: Maximum pool size exceeded`.
-        || (c.contains("rmmfailure")
-            && (c.contains("maximumpoolsizeexceeded") || c.contains("initialpoolsizeexceedsthemaximumpoolsize")))
+        || (has(c, "rmmfailure")
+            && (has(c, "maximumpoolsizeexceeded") || has(c, "initialpoolsizeexceedsthemaximumpoolsize")))
         // RMM's device memory resource refusing (cuDF, cuML, XGBoost): `std::bad_alloc:
         // out_of_memory: CUDA error at: …/rmm/mr/device/cuda_memory_resource.hpp` — not the host's
         // `std::bad_alloc`.
-        || (c.contains("bad_alloc") && c.contains("rmm/mr/device"))
+        || (has(c, "bad_alloc") && has(c, "rmm/mr/device"))
         // XGBoost's device allocator (`dh::detail`): `device_helpers.cuh:428: Memory allocation
         // error on worker 1: …` with `- Free memory:` / `- Requested memory:` lines after it.
-        || (c.contains("device_helpers.cuh") && c.contains("memoryallocationerroron"))
+        || (has(c, "device_helpers.cuh") && has(c, "memoryallocationerroron"))
         // RELION's GPU code: `ERROR: out of memory in …/acc_backprojector_impl.h at line 38
         // (error-code 2)`.
-        || (c.contains("error:outofmemoryin") && c.contains("(error-code2)"))
+        || (has(c, "error:outofmemoryin") && has(c, "(error-code2)"))
         // Tenstorrent's tt-metal allocator: `Out of Memory: Not enough space to allocate N B DRAM
         // buffer across K banks, where each bank needs to store M B[, but bank size is S B]
         // [(allocated: A B, free: F B, largest free block: L B)]` (also L1 buffers).
-        || (c.contains("outofmemory:notenoughspacetoallocate") && c.contains("buffer"))
+        || (has(c, "outofmemory:notenoughspacetoallocate") && has(c, "buffer"))
         // The CUDA samples' check macro, as bitsandbytes' C code prints it: `Error out of memory
         // at line 380 in file /src/csrc/pythonInterface.c`.
-        || (c.contains("erroroutofmemoryatline") && c.contains("infile"))
+        || (has(c, "erroroutofmemoryatline") && has(c, "infile"))
         // DyNet: `CUDA failure in cudaMalloc(&ptr, n)` (then `out of memory` on the next line).
-        || c.contains("cudafailureincudamalloc")
+        || has(c, "cudafailureincudamalloc")
         // PhysX's GPU allocator (Isaac Gym): `PxgCudaDeviceMemoryAllocator fail to allocate memory
         // 1073741824 bytes!! Result = 2`.
-        || (c.contains("pxgcudadevicememoryallocator") && c.contains("failtoallocatememory"))
+        || (has(c, "pxgcudadevicememoryallocator") && has(c, "failtoallocatememory"))
         // NVIDIA Warp: `RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes`.
-        || c.contains("arrayallocationfailedondevice:cuda")
+        || has(c, "arrayallocationfailedondevice:cuda")
         // Vulkan renderers: `VkResult: ERROR_OUT_OF_DEVICE_MEMORY`; ncnn (waifu2x, Upscayl):
         // `vkAllocateMemory failed -2` (-2 is VK_ERROR_OUT_OF_DEVICE_MEMORY).
-        || c.contains("vkresult:error_out_of_device_memory")
+        || has(c, "vkresult:error_out_of_device_memory")
         || ends_code(c, "vkallocatememoryfailed-2")
         // Theano's CNMeM pool: `Error allocating 52428800 bytes of device memory
         // (CNMEM_STATUS_OUT_OF_MEMORY).`, `initCnmem: cnmemInit call failed!
         // Reason=CNMEM_STATUS_OUT_OF_MEMORY` (not its warning that falls back to pinned memory).
-        || (c.contains("cnmem_status_out_of_memory")
-            && (c.contains("bytesofdevicememory") || c.contains("cnmeminitcallfailed")))
+        || (has(c, "cnmem_status_out_of_memory")
+            && (has(c, "bytesofdevicememory") || has(c, "cnmeminitcallfailed")))
         // Apple's MLX on Metal: `[metal::malloc] Attempting to allocate N bytes which is greater
         // than the maximum allowed buffer size of M bytes`, `[metal::malloc] Resource limit (N)
         // exceeded`.
-        || (c.contains("[metal::malloc]")
-            && (c.contains("attemptingtoallocate") || c.contains("resourcelimit")))
+        || (has(c, "[metal::malloc]")
+            && (has(c, "attemptingtoallocate") || has(c, "resourcelimit")))
         // (Its older releases said the same without the tag.)
         || mlx_buffer_limit(c)
         // Thrust (cuDF, XGBoost, CUDA C++) throws its device allocator's failure with the CUDA
         // error appended — `what():  std::bad_alloc: out of memory` (C++'s own host `bad_alloc`
         // says only `std::bad_alloc`) — and a failed kernel launch as `parallel_for failed: out of
         // memory`.
-        || c.contains("std::bad_alloc:outofmemory")
-        || c.contains("parallel_forfailed:outofmemory")
+        || has(c, "std::bad_alloc:outofmemory")
+        || has(c, "parallel_forfailed:outofmemory")
         || mindspore_refused(c)
         // Haskell's Accelerate on CUDA, its device-memory cache: `./Data/Array/Accelerate/Array/
         // Remote/LRU.hs:237:40: (malloc): Remote memory exhausted`.
-        || c.contains("(malloc):remotememoryexhausted")
+        || has(c, "(malloc):remotememoryexhausted")
         // OpenFold3's runner logs the OOM it caught per query: `ERROR:openfold3.projects.
         // of3_all_atom.runner:OOM for query_id(s) BM50-P19.`
-        || c.contains("oomforquery_id")
+        || has(c, "oomforquery_id")
         // cuRAND's generator could not allocate its state: `CURANDError:
         // CURAND_STATUS_ALLOCATION_FAILED`.
-        || c.contains("curand_status_allocation_failed")
+        || has(c, "curand_status_allocation_failed")
         // Thrust's device allocator, its `what():` line cut off (also with a typographic quote).
-        || c.contains("throwinganinstanceof'thrust::system::detail::bad_alloc")
+        || has(c, "throwinganinstanceof'thrust::system::detail::bad_alloc")
         // tiny-cuda-nn (instant-ngp): `cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with
         // error out of memory`, also cut inside its last word.
-        || (c.contains("cudamalloc(") && c.contains("failedwitherroroutofmemor"))
+        || (has(c, "cudamalloc(") && has(c, "failedwitherroroutofmemor"))
         // A CUDA extension's check (spconv in mmdet3d): `cuda execution failed with error 2` (2
         // is cudaErrorMemoryAllocation).
         || ends_code(c, "cudaexecutionfailedwitherror2")
@@ -448,67 +456,79 @@ fn cuda_runtime(c: &str) -> bool {
         // prints it for its `cuMemCreate`: `CUresult error  result=2 file=… func=cu_mem_create`.
         || ends_code(c, "curesulterrorresult=2")
         // HugeCTR's GPU buffers: `Runtime error: out of memory …/HugeCTR/include/general_buffer.hpp:64`.
-        || (c.contains("runtimeerror:outofmemory") && c.contains("hugectr"))
+        || (has(c, "runtimeerror:outofmemory") && has(c, "hugectr"))
         // ThunderSVM on the GPU: `FATAL [default] out of memory, you may try "-m memory size" to
         // constrain memory usage` (its host-side `out of host memory` is `host.rs`).
-        || c.contains("outofmemory,youmaytry\"-mmemorysize\"")
+        || has(c, "outofmemory,youmaytry\"-mmemorysize\"")
         // NVIDIA's video encoder could not open a session (NV_ENC_ERR_OUT_OF_MEMORY, 10) in
         // NVEncC's words: `Error on nvEncOpenEncodeSessionEx: 10 (NVENC indicates that the API call
         // failed because it was unable to allocate enough memory …)` (FFmpeg's `[h264_nvenc @ …]
         // OpenEncodeSessionEx failed: out of memory (10)` is the generic rule's).
-        || (c.contains("nvencopenencodesessionex") && c.contains("unabletoallocateenoughmemory"))
+        || (has(c, "nvencopenencodesessionex") && has(c, "unabletoallocateenoughmemory"))
         // Blender Cycles' CUDA check (`Out of memory in cuStreamCreate(&cuda_stream_, …)`, also
         // `cuMemAlloc`) and its device-memory message `System is out of GPU and shared host memory`.
-        || c.contains("outofmemoryincu")
-        || c.contains("systemisoutofgpu")
+        || has(c, "outofmemoryincu")
+        || has(c, "systemisoutofgpu")
         // cuML's check before a neighbours search: `Not enough free memory on device 0 to run
         // kneighbors. needed=8589934592, free=7744913408`.
-        || c.contains("notenoughfreememoryondevice")
+        || has(c, "notenoughfreememoryondevice")
         // MNN's CUDA backend: `Out of memory when gamma is acquired in CudaLayerNorm.`
-        || (c.contains("outofmemorywhen") && c.contains("isacquiredincuda"))
+        || (has(c, "outofmemorywhen") && has(c, "isacquiredincuda"))
         // Early Caffe's check prints the call, not the words: `Check failed:
         // (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)` (2: cudaErrorMemoryAllocation).
-        || (c.contains("(cudamalloc(") && c.contains("==cudasuccess(2vs.0)"))
+        || (has(c, "(cudamalloc(") && has(c, "==cudasuccess(2vs.0)"))
         // The Spark RAPIDS Accelerator's handler of a refused device allocation (its pool's
         // spilling could not make room): `DeviceMemoryEventHandler: Device allocation of 345571976
         // bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes.`
-        || (c.contains("devicememoryeventhandler:deviceallocationof") && c.contains("bytesfailed"))
+        || (has(c, "devicememoryeventhandler:deviceallocationof") && has(c, "bytesfailed"))
         // Intel Gaudi's device memory (PyTorch on HPU): `FATAL ERROR :: MODULE:PT_DEVMEM Allocation
         // failed for size::469762048 (448)MB`.
-        || c.contains("pt_devmemallocationfailedforsize::")
+        || has(c, "pt_devmemallocationfailedforsize::")
         // cuBLAS could not start (its handle and workspace did not fit), as TensorFlow 1.x
         // reports it when another process holds the GPU: `InternalError: Blas GEMM launch failed`
         // (`Blas xGEMM launch failed`); MXNet's `Check failed: err == CUBLAS_STATUS_SUCCESS (1 vs.
         // 0) : Create cublas handle failed`.
-        || c.contains("blasgemmlaunchfailed")
-        || c.contains("blasxgemmlaunchfailed")
-        || c.contains("createcublashandlefailed")
+        || has(c, "blasgemmlaunchfailed")
+        || has(c, "blasxgemmlaunchfailed")
+        || has(c, "createcublashandlefailed")
         // cuDNN found no convolution algorithm whose workspace fits, as PyTorch reports it:
         // `RuntimeError: Unable to find a valid cuDNN algorithm to run convolution`.
-        || c.contains("unabletofindavalidcudnnalgorithmtorunconvolution")
+        || has(c, "unabletofindavalidcudnnalgorithmtorunconvolution")
         // ONNX Runtime's arena: `BFCArena::AllocateRawInternal(…) Available memory of 0 is smaller
         // than requested bytes of 135383040`.
-        || (c.contains("availablememoryof") && c.contains("issmallerthanrequestedbytesof"))
+        || (has(c, "availablememoryof") && has(c, "issmallerthanrequestedbytesof"))
         // Huawei Ascend's runtime (CANN): `EL0004: … Failed to allocate memory.` with `Possible
         // Cause: Available memory is insufficient.`, `reason=[driver error:out of memory]`.
-        || (c.contains("el0004") && c.contains("failedtoallocatememory"))
-        || c.contains("reason=[drivererror:outofmemory]")
+        || (has(c, "el0004") && has(c, "failedtoallocatememory"))
+        || has(c, "reason=[drivererror:outofmemory]")
         // Kaldi's CUDA allocator: `ERROR (nnet3-chain-train[…]:AllocateNewRegion():cu-allocator.cc:
         // 513) Failed to allocate a memory region of 356515840 bytes.  Possibly smaller minibatch
         // size would help.  Memory info: free:190M, used:3844M, …`; its older allocator (and
         // Eesen's, derived from it): `ERROR (train-ctc-parallel:MallocInternal():cuda-device.cc:668)
         // Memory allocation failure`.
-        || c.contains("failedtoallocateamemoryregionof")
-        || (c.contains("mallocinternal") && c.contains("memoryallocationfailure"))
+        || has(c, "failedtoallocateamemoryregionof")
+        || (has(c, "mallocinternal") && has(c, "memoryallocationfailure"))
         // CubeCL (Burn's GPU runtime) on wgpu / CUDA: `failed to reserve 3595479680 bytes of device
         // memory: can't allocate buffer of size: 3595479680`, `No pool handles allocation of size
         // 411041792` (larger than its largest memory pool).
-        || c.contains("can'tallocatebufferofsize")
-        || (c.contains("failedtoreserve") && c.contains("bytesofdevicememory"))
-        || c.contains("nopoolhandlesallocationofsize")
+        || has(c, "can'tallocatebufferofsize")
+        || (has(c, "failedtoreserve") && has(c, "bytesofdevicememory"))
+        || has(c, "nopoolhandlesallocationofsize")
         // OpenVINO's GPU plugin (OpenCL): `… reduce memory consumption (use smaller batch size, less
         // streams, lower precision, etc)to avoid CL_OUT_OF_RESOURCES exception`.
-        || (c.contains("cl_out_of_resources") && c.contains("memory"))
+        || (has(c, "cl_out_of_resources") && has(c, "memory"))
+        // Jittor: `GPU memory is overflow, please reduce your batch_size or data size!`.
+        || has(c, "gpumemoryisoverflow")
+        // MegEngine: `RuntimeError: out of memory while requesting 68719476736 bytes; you can try
+        // setting MGB_CUDA_RESERVE_MEMORY to reserve all memory`.
+        || has(c, "outofmemorywhilerequesting")
+        // Sophgo's BM1684 runtime (libsophon): `[bmlib_memory][error] bm_alloc_gmem failed,
+        // dev_id = 0, size = 0x639c00` (its `Alloc Device Memory Failed!` a few lines later is the
+        // same failure's).
+        || has(c, "bm_alloc_gmemfailed")
+        // Metal reporting a command buffer that could not get its memory (MLX on Apple silicon):
+        // `[METAL] Command buffer execution failed: Insufficient Memory`.
+        || has(c, "commandbufferexecutionfailed:insufficientmemory")
     {
         return true;
     }
@@ -516,7 +536,7 @@ fn cuda_runtime(c: &str) -> bool {
         return false;
     };
     // Host-side wording is not a GPU failure (`Out of memory: Killed process`, `MemoryError`).
-    if c.contains("killedprocess") || c.contains("killprocess") || c.contains("oom-kill") {
+    if has(c, "killedprocess") || has(c, "killprocess") || has(c, "oom-kill") {
         return false;
     }
     let before = &c[..at];
@@ -525,18 +545,18 @@ fn cuda_runtime(c: &str) -> bool {
     if before.ends_with("ifyouarerunning") || before.ends_with("ifyourun") {
         return false;
     }
-    c.contains("thcudacheckfail")
-        || c.contains("cudadrivererror:")
-        || c.contains("cudafailedwitherror")
-        || c.contains("tritonerror[cuda]")
-        || c.contains("errstr:outofmemory")
-        || c.contains("ofdevicememory(outofmemory)")
-        || c.contains("ranoutofmemoryongpu")
-        || c.contains("cudaruntimeerror")
-        || (c.contains("cudaerror") && c.contains(":outofmemory"))
-        || c.contains("outofmemoryat[")
-        || c.contains("outofmemoryat(")
-        || (c.contains("outofmemory:failedtoallocate") && c.contains("ondevice"))
+    has(c, "thcudacheckfail")
+        || has(c, "cudadrivererror:")
+        || has(c, "cudafailedwitherror")
+        || has(c, "tritonerror[cuda]")
+        || has(c, "errstr:outofmemory")
+        || has(c, "ofdevicememory(outofmemory)")
+        || has(c, "ranoutofmemoryongpu")
+        || has(c, "cudaruntimeerror")
+        || (has(c, "cudaerror") && has(c, ":outofmemory"))
+        || has(c, "outofmemoryat[")
+        || has(c, "outofmemoryat(")
+        || (has(c, "outofmemory:failedtoallocate") && has(c, "ondevice"))
         || ["cuda", "gpu", "cudamalloc", "cumemalloc", "vram", "nvenc"].iter().any(|w| before.contains(w))
 }
 
@@ -559,13 +579,18 @@ fn gpu_memory_ran_out(c: &str) -> bool {
     // the error (its real OOMs carry XLA's `RESOURCE_EXHAUSTED`, read by the JAX family).
     RAN_OUT.iter().any(|w| c.contains(w))
         && !FALLS_BACK.iter().any(|w| c.contains(w))
-        && !c.contains("notenoughgpumemory?")
+        && !has(c, "notenoughgpumemory?")
+}
+
+/// The TPU compiler's account of a program that did not fit: `Total hbm usage >= 11.47G:`.
+pub fn tpu_usage_summary(c: &str) -> bool {
+    c.starts_with("totalhbmusage>=")
 }
 
 /// DataParallel's re-raise of a replica's failure: `torch.OutOfMemoryError: Caught
 /// OutOfMemoryError in replica 0 on device 0.` (its `Original Traceback` and message follow).
 pub fn replica_wrapper(c: &str) -> bool {
-    c.contains("caughtoutofmemoryerrorinreplica")
+    has(c, "caughtoutofmemoryerrorinreplica")
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same
@@ -637,17 +662,16 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
         Family::Torch => false,
         Family::Cuda | Family::Cublas | Family::Cudnn | Family::Hip | Family::Ggml => {
             CUDA_TRAILERS.iter().any(|t| c.starts_with(t))
-                || (c.contains("[trt][w]")
-                    && (c.contains("skippingtactic") || c.contains("requestedamountofgpumemory(")))
+                || (has(c, "[trt][w]") && (has(c, "skippingtactic") || has(c, "requestedamountofgpumemory(")))
                 || (family == Family::Cuda && TT_TRAILERS.iter().any(|t| c.starts_with(t)))
                 || (family == Family::Ggml
                     && (c.starts_with("ggml_")
                         || c.starts_with("llama_")
                         || c.starts_with("alloc_tensor_range"))
-                    && (c.contains("fail") || c.contains("error") || c.contains("unable")))
+                    && (has(c, "fail") || has(c, "error") || has(c, "unable")))
         }
         Family::Nccl => {
-            (o.pid.is_some() && o.pid == event_pid && c.contains("->"))
+            (o.pid.is_some() && o.pid == event_pid && has(c, "->"))
                 || c.starts_with("lasterror:")
                 || c.starts_with("ncclunhandledcudaerror")
         }
@@ -678,7 +702,7 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
                 || (c.ends_with("mb.") || c.ends_with("gb.") || c.ends_with("kb.")) && c.len() < 24
         }
         Family::Vllm => {
-            c.contains("kvcacheisneeded")
+            has(c, "kvcacheisneeded")
                 || c.starts_with("basedontheavailablememory")
                 || c.starts_with("tryincreasing")
                 || c.starts_with("decreasegpumemoryutilization")
@@ -718,6 +742,8 @@ const REQUEST_BEFORE: &[&str] = &[
     "devicememoryeventhandler:deviceallocationof",
     // Intel Gaudi: `Allocation failed for size::469762048 (448)MB`.
     "pt_devmemallocationfailedforsize::",
+    // MegEngine: `out of memory while requesting 68719476736 bytes`.
+    "outofmemorywhilerequesting",
     // Kaldi: `Failed to allocate a memory region of 356515840 bytes`.
     "failedtoallocateamemoryregionof",
     // CubeCL: `can't allocate buffer of size: 4395368448`, `failed to reserve 3595479680 bytes of
@@ -737,19 +763,19 @@ fn ends_code(c: &str, needle: &str) -> bool {
 }
 
 fn mlx_buffer_limit(c: &str) -> bool {
-    c.contains("attemptingtoallocate") && c.contains("whichisgreaterthanthemaximumallowedbuffersize")
+    has(c, "attemptingtoallocate") && has(c, "whichisgreaterthanthemaximumallowedbuffersize")
 }
 
 /// TensorRT's builder skipped a tactic for want of memory: its `Error Code 2: OutOfMemory` before
 /// that line was recovered from.
 pub fn tactic_skipped(c: &str) -> bool {
-    c.contains("skippingtactic") && c.contains("duetoinsufficientmemory")
+    has(c, "skippingtactic") && has(c, "duetoinsufficientmemory")
 }
 
 /// SGLang's KV pool refusing the running batch (see `detect`).
 pub fn kv_pool_exhausted(c: &str) -> bool {
-    c.contains("decodeoutofmemory.trytoloweryourbatchsize")
-        || c.contains("prefilloutofmemory.trytoloweryourbatchsize")
+    has(c, "decodeoutofmemory.trytoloweryourbatchsize")
+        || has(c, "prefilloutofmemory.trytoloweryourbatchsize")
 }
 
 /// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.
@@ -954,7 +980,7 @@ fn jax(c: &str, f: &mut Fields) {
     }
     // `Error allocating device buffer: Attempting to allocate X. That was not possible. There are
     // Y free.` (the older wording starts at `Attempting`).
-    if let Some(p) = after(c, "attemptingtoallocate", 0).filter(|_| c.contains("thatwasnotpossible"))
+    if let Some(p) = after(c, "attemptingtoallocate", 0).filter(|_| has(c, "thatwasnotpossible"))
         && let Some((v, e)) = size_at(c, p, true)
     {
         f.requested.get_or_insert(v);
@@ -989,7 +1015,7 @@ fn paddle(c: &str, f: &mut Fields) {
     let Some(p) = after(c, "cannotallocate", 0) else {
         return;
     };
-    if !(c.contains("outofmemoryerrorongpu") || c.contains("gpumemory,availablememoryis")) {
+    if !(has(c, "outofmemoryerrorongpu") || has(c, "gpumemory,availablememoryis")) {
         return;
     }
     if let Some((v, e)) = size_at(c, p, false) {
@@ -1058,8 +1084,8 @@ fn ggml(c: &str, f: &mut Fields) {
 /// more than total mem size : C.`, `Malloc for kernel output failed, Memory isn't enough,
 /// node:Default/Cast-op446`, `Device(id:0) memory isn't enough and alloc failed`.
 fn mindspore_refused(c: &str) -> bool {
-    (c.contains("allocsize:") && c.contains("ismorethantotalmemsize"))
-        || (c.contains("memoryisn'tenough") && (c.contains("malloc") || c.contains("allocfailed")))
+    (has(c, "allocsize:") && has(c, "ismorethantotalmemsize"))
+        || (has(c, "memoryisn'tenough") && (has(c, "malloc") || has(c, "allocfailed")))
 }
 
 /// MindSpore's numbers: the pool's total (its capacity), what it had in use and the request.
@@ -1146,7 +1172,7 @@ fn vllm(c: &str, f: &mut Fields) {
 /// The framework name of an event made of `families`, given its joined compact text and the
 /// logging source path of its first line.
 pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
-    let has = |f: Family| families & f.bit() != 0;
+    let made_of = |f: Family| families & f.bit() != 0;
     let by_src = |default: &'static str| match src {
         Some(s) if s.contains("tensorflow/") => "tensorflow",
         Some(s) if s.contains("xla/") || s.contains("tsl/") || s.contains("jax") => "jax",
@@ -1154,124 +1180,132 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
     };
     // A runtime error names the program whose code printed it.
     let by_text = |default: &'static str| {
-        if c.contains("pooled_storage_manager") || c.contains("mxnet") {
+        if has(c, "pooled_storage_manager") || has(c, "mxnet") {
             "mxnet"
-        } else if c.contains("paddle") {
+        } else if has(c, "paddle") {
             "paddle"
-        } else if c.contains("ggml") || c.contains("llama") {
+        } else if has(c, "ggml") || has(c, "llama") {
             "llama.cpp"
-        } else if c.contains("cudasuccess(2vs") || c.contains("syncedmem") {
+        } else if has(c, "cudasuccess(2vs") || has(c, "syncedmem") {
             "caffe"
-        } else if c.contains("cudasuccess.2vs0") || c.contains("context_gpu.cu") {
+        } else if has(c, "cudasuccess.2vs0") || has(c, "context_gpu.cu") {
             "caffe2"
-        } else if c.contains("cnmem") {
+        } else if has(c, "cnmem") {
             "theano"
-        } else if c.contains("cudafailureincudamalloc") {
+        } else if has(c, "cudafailureincudamalloc") {
             "dynet"
-        } else if c.contains("pxgcuda") {
+        } else if has(c, "pxgcuda") {
             "physx"
-        } else if c.contains("arrayallocationfailedondevice") {
+        } else if has(c, "arrayallocationfailedondevice") {
             "warp"
-        } else if c.contains("vkallocatememory") || c.contains("vkresult:") {
+        } else if has(c, "vkallocatememory") || has(c, "vkresult:") {
             "vulkan"
-        } else if c.contains("metal::malloc") || mlx_buffer_limit(c) {
+        } else if has(c, "metal::malloc") || mlx_buffer_limit(c) {
             "mlx"
-        } else if c.contains("onnxruntime") || c.contains("bfcarena") {
+        } else if has(c, "onnxruntime") || has(c, "bfcarena") {
             "onnxruntime"
-        } else if c.contains("gpuvideomemory") || c.contains("directml") {
+        } else if has(c, "gpuvideomemory") || has(c, "directml") {
             "directml"
-        } else if c.contains("uselowerresolution") {
+        } else if has(c, "uselowerresolution") {
             "pytorch"
-        } else if c.contains("executionoftvm") || c.contains("tvm.apache.org") {
+        } else if has(c, "executionoftvm") || has(c, "tvm.apache.org") {
             "tvm"
-        } else if c.contains("cu-allocator") || c.contains("cuda-device.cc") || c.contains("kaldi") {
+        } else if has(c, "cu-allocator") || has(c, "cuda-device.cc") || has(c, "kaldi") {
             "kaldi"
-        } else if c.contains("cubecl")
-            || c.contains("can'tallocatebufferofsize")
-            || c.contains("nopoolhandlesallocation")
-            || c.contains("bytesofdevicememory:")
+        } else if has(c, "cubecl")
+            || has(c, "can'tallocatebufferofsize")
+            || has(c, "nopoolhandlesallocation")
+            || has(c, "bytesofdevicememory:")
         {
             "cubecl"
-        } else if c.contains("cl_out_of_resources") || c.contains("openvino") {
+        } else if has(c, "cl_out_of_resources") || has(c, "openvino") {
             "openvino"
-        } else if c.contains("memoryobjectallocationfailure") {
+        } else if has(c, "gpumemoryisoverflow") || has(c, "jittor") {
+            "jittor"
+        } else if has(c, "outofmemorywhilerequesting") || has(c, "megengine") || has(c, "[mgb]") {
+            "megengine"
+        } else if has(c, "bm_alloc_gmem") || has(c, "bmlib") {
+            "sophon"
+        } else if has(c, "[metal]commandbuffer") {
+            "mlx"
+        } else if has(c, "memoryobjectallocationfailure") {
             "opencl"
-        } else if c.contains("notenoughspacetoallocate") && c.contains("bank") {
+        } else if has(c, "notenoughspacetoallocate") && has(c, "bank") {
             "tt-metal"
-        } else if mindspore_refused(c) || c.contains("mindspore") {
+        } else if mindspore_refused(c) || has(c, "mindspore") {
             "mindspore"
-        } else if c.contains("ncudalib") || c.contains("catboost") {
+        } else if has(c, "ncudalib") || has(c, "catboost") {
             "catboost"
-        } else if c.contains("oomforquery_id") {
+        } else if has(c, "oomforquery_id") {
             "openfold"
-        } else if c.contains("hugectr") {
+        } else if has(c, "hugectr") {
             "hugectr"
-        } else if c.contains("youmaytry\"-mmemorysize\"") {
+        } else if has(c, "youmaytry\"-mmemorysize\"") {
             "thundersvm"
         } else if gpu_memory_ran_out(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
-        } else if c.contains("cupy") || c.contains("chainer") {
+        } else if has(c, "cupy") || has(c, "chainer") {
             "cupy"
-        } else if c.contains("tensorflow") || c.contains("stream_executor") {
+        } else if has(c, "tensorflow") || has(c, "stream_executor") {
             "tensorflow"
-        } else if c.contains("xla") || c.contains("jax") {
+        } else if has(c, "xla") || has(c, "jax") {
             "jax"
-        } else if c.contains("xgboost") {
+        } else if has(c, "xgboost") {
             "xgboost"
-        } else if c.contains("rmmfailure") || c.contains("/rmm/") || c.contains("devicememoryeventhandler") {
+        } else if has(c, "rmmfailure") || has(c, "/rmm/") || has(c, "devicememoryeventhandler") {
             "rapids"
-        } else if c.contains("pt_devmem") {
+        } else if has(c, "pt_devmem") {
             "habana"
-        } else if c.contains("el0004") || c.contains("[drivererror:outofmemory]") {
+        } else if has(c, "el0004") || has(c, "[drivererror:outofmemory]") {
             "ascend"
-        } else if c.contains("validcudnnalgorithm") {
+        } else if has(c, "validcudnnalgorithm") {
             "cudnn"
-        } else if c.contains("gemmlaunchfailed") {
+        } else if has(c, "gemmlaunchfailed") {
             "cublas"
-        } else if c.contains("turbomind") || c.contains("lmdeploy") {
+        } else if has(c, "turbomind") || has(c, "lmdeploy") {
             "lmdeploy"
-        } else if c.contains("[trt]") || c.contains("virtualmemorybuffer") || c.contains("ibuilderconfig") {
+        } else if has(c, "[trt]") || has(c, "virtualmemorybuffer") || has(c, "ibuilderconfig") {
             "tensorrt"
-        } else if c.contains("tensorrt") {
+        } else if has(c, "tensorrt") {
             "tensorrt-llm"
         } else {
             by_src(default)
         }
     };
-    if has(Family::Torch) {
+    if made_of(Family::Torch) {
         "pytorch"
-    } else if has(Family::TfTensor) {
+    } else if made_of(Family::TfTensor) {
         "tensorflow"
-    } else if has(Family::Jax) {
+    } else if made_of(Family::Jax) {
         "jax"
-    } else if has(Family::Bfc) {
+    } else if made_of(Family::Bfc) {
         by_src("tensorflow")
-    } else if has(Family::Vllm) {
+    } else if made_of(Family::Vllm) {
         "vllm"
-    } else if has(Family::Serving) {
-        if c.contains("mem-fraction-static") || kv_pool_exhausted(c) { "sglang" } else { "tgi" }
-    } else if has(Family::Paddle) {
+    } else if made_of(Family::Serving) {
+        if has(c, "mem-fraction-static") || kv_pool_exhausted(c) { "sglang" } else { "tgi" }
+    } else if made_of(Family::Paddle) {
         "paddle"
-    } else if has(Family::Accelerate) {
+    } else if made_of(Family::Accelerate) {
         "accelerate"
-    } else if has(Family::Cupy) {
-        if c.contains("resource_exhausted") { "jax" } else { "cupy" }
-    } else if has(Family::Ggml) {
+    } else if made_of(Family::Cupy) {
+        if has(c, "resource_exhausted") { "jax" } else { "cupy" }
+    } else if made_of(Family::Ggml) {
         // ggml names the buffer (`allocating 8192.00 MiB on device 0: cudaMalloc failed: out of
         // memory`); the bare `cudaMalloc failed: out of memory` is MXNet's storage manager's.
-        if c.contains("cudamallocfailed") && !["allocating", "ggml", "llama"].iter().any(|w| c.contains(w)) {
+        if has(c, "cudamallocfailed") && !["allocating", "ggml", "llama"].iter().any(|w| c.contains(w)) {
             "mxnet"
         } else {
             "llama.cpp"
         }
-    } else if has(Family::Nccl) {
+    } else if made_of(Family::Nccl) {
         "nccl"
-    } else if has(Family::Cublas) {
+    } else if made_of(Family::Cublas) {
         "cublas"
-    } else if has(Family::Cudnn) {
+    } else if made_of(Family::Cudnn) {
         "cudnn"
-    } else if has(Family::Hip) {
+    } else if made_of(Family::Hip) {
         by_src("hip")
     } else {
         by_text("cuda")
@@ -1483,6 +1517,17 @@ mod tests {
                 Family::Cuda,
             ),
             ("No pool handles allocation of size 411041792", Family::Cuda),
+            ("GPU memory is overflow, please reduce your batch_size or data size!", Family::Cuda),
+            (
+                "RuntimeError: out of memory while requesting 68719476736 bytes; you can try setting MGB_CUDA_RESERVE_MEMORY to reserve all memory.",
+                Family::Cuda,
+            ),
+            ("[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0x639c00", Family::Cuda),
+            (
+                "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer execution failed: Insufficient Memory",
+                Family::Cuda,
+            ),
+            ("Total hbm usage >= 11.47G:", Family::Jax),
             (
                 "Please try to update the driver or reduce memory consumption (use smaller batch size, less streams, lower precision, etc)to avoid CL_OUT_OF_RESOURCES exception",
                 Family::Cuda,
@@ -1571,6 +1616,10 @@ mod tests {
             "[torch_memory_saver.cpp] CUresult error  result=201 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103",
             "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:771] failed to alloc 23994040320 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+            // DuckDB's buffer manager (host memory, `host.rs`), and a bare type that names no memory.
+            "duckdb.duckdb.OutOfMemoryException: Out of Memory Error: Failed to allocate block of 2048 bytes (bad allocation)",
+            "Out of Memory Error: failed to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)",
+            "Out of Memory Error:",
         ] {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
         }

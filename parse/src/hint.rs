@@ -26,6 +26,8 @@
 //! | `long_tensor` | TensorFlow's refused tensor is an activation of rank ≥ 3 with a batch of 1 or 2 and a dimension before the last of 4096 or more: one long input (audio frames, tokens) |
 //! | `tensor_storage` | a framework that allocates its tensors with `cudaMalloc` itself, with no numbers: Caffe's `Check failed: error == cudaSuccess (2 vs. 0) out of memory` (`syncedmem.cpp`), Caffe2's `[enforce fail at context_gpu.cu:N] error == cudaSuccess. 2 vs 0`, old PyTorch / Torch7 `cuda runtime error (2) : out of memory at …/THCStorage.cu` |
 
+use super::text::has;
+
 /// The hint of a message whose compact text is `c`, if any.
 pub fn message_hint(c: &str) -> Option<&'static str> {
     const HINTS: &[(&[&str], &str)] = &[
@@ -72,7 +74,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         // (`initCnmem: cnmemInit call failed! Reason=CNMEM_STATUS_OUT_OF_MEMORY`).
         (&["cnmeminitcallfailed"], "device_preallocation"),
     ];
-    HINTS.iter().find(|(words, _)| words.iter().all(|w| c.contains(w))).map(|(_, h)| *h)
+    HINTS.iter().find(|(words, _)| words.iter().all(|w| has(c, w))).map(|(_, h)| *h)
 }
 
 /// Kernel sides (`kh`, `kw`) a convolution's weight has: 1×1 kernels are left out, a `[1,1,H,W]`

@@ -7,15 +7,17 @@
 //! | evidence | lines (examples) |
 //! |---|---|
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too); Heroku's `R14 (Memory quota exceeded)` / `R15 (Memory quota vastly exceeded)`; Streamlit Cloud's `has gone over its resource limits`; SageMaker's `Please use an instance type with more memory`; iOS's `Terminated due to memory issue` / `killed by the operating system because it is using too much memory`; an application's `Process killed (out of memory)` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory`; DuckDB's `Out of Memory Error: failed to allocate data of size N (U/L used)` / `Failed to allocate block of N bytes` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
-//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes; MPI launchers: MPICH Hydra's `KILLED BY SIGNAL: 9 (Killed)` / `=   EXIT CODE: 9`, Open MPI's `exited on signal 9 (Killed)`, MVAPICH's `MPI process (rank: …) terminated with signal 9`; Horovod's `exit with status code 137` |
+//! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes; ninja's `FAILED: [code=137]`; strace's `SIGCHLD {… si_code=CLD_KILLED … si_status=SIGKILL}`; MPI launchers: MPICH Hydra's `KILLED BY SIGNAL: 9 (Killed)` / `=   EXIT CODE: 9`, Open MPI's `exited on signal 9 (Killed)`, MVAPICH's `MPI process (rank: …) terminated with signal 9`; Horovod's `exit with status code 137` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
 //! | `exited` — a worker exited without saying why, most often killed for host memory (its shared memory or the OOM killer) | the DataLoader's `DataLoader worker (pid(s) N) exited unexpectedly`, an issue title cut at `is killed by signal`; Jupyter's `KernelRestarter: restarting kernel (1/5)` (a kernel that died; not after the kernel's own failure); worker pools (`BrokenProcessPool: A process in the process pool was terminated abruptly`, loky's `worker process … was unexpectedly terminated`, datasets' `One of the subprocesses has abruptly died`); Databricks' `The spark driver has stopped unexpectedly and is restarting` / `The Python kernel is unresponsive` |
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
+
+use super::text::has;
 
 /// How direct the evidence of a host-memory failure is (label `host_oom.evidence`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +69,7 @@ pub struct HostSymptom {
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
     /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`, `mpi`, `heroku`,
-    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `other`.
+    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `other`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -257,6 +259,15 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // An application's own report of its worker's death: `Process killed (out of memory) -- try a
     // lighter model or smaller image (code: exit-SIGKILL)`.
     (&["process killed (out of memory)"], HostEvidence::Explicit, "other"),
+    // DuckDB's buffer manager over its memory limit (host memory): `Out of Memory Error: failed to
+    // allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)`, `duckdb.duckdb.
+    // OutOfMemoryException: Out of Memory Error: Failed to allocate block of 2048 bytes (bad
+    // allocation)`.
+    (&["failed to allocate data of size", " used)"], HostEvidence::Allocation, "duckdb"),
+    (&["out of memory error: failed to allocate block of"], HostEvidence::Allocation, "duckdb"),
+    // strace watching a child the kernel killed: `--- SIGCHLD {si_signo=SIGCHLD,
+    // si_code=CLD_KILLED, si_pid=3840555, …, si_status=SIGKILL, …} ---`.
+    (&["si_code=cld_killed", "si_status=sigkill"], HostEvidence::Sigkill, "strace"),
 ];
 
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
@@ -272,37 +283,38 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         l = l.replace('（', " (").replace('）', ") ").replace('：', ": ");
     }
     // Cheap gate: every symptom has one of these words.
-    if !(l.contains("kill")
-        || l.contains("memory")
-        || l.contains("137")
-        || l.contains("-9")
-        || l.contains("signal")
-        || l.contains("memlimit")
-        || l.contains("mem usage")
-        || l.contains("bad_alloc")
-        || l.contains("all available ram")
-        || l.contains("paging file")
-        || l.contains("memoryerror")
-        || l.contains("unable to allocate")
-        || l.contains("host allocation")
-        || l.contains("allocator cpu")
-        || l.contains("memalign")
-        || l.contains("winerror 1455")
-        || l.contains("errno 12")
-        || l.contains("outofmemoryerror")
-        || l.contains("earlyoom")
-        || l.contains("</torch_")
-        || l.contains("kernelrestarter")
-        || l.contains("cpu buffer")
-        || l.contains("auslagerungsdatei")
+    if !(has(&l, "kill")
+        || has(&l, "memory")
+        || has(&l, "137")
+        || has(&l, "-9")
+        || has(&l, "signal")
+        || has(&l, "memlimit")
+        || has(&l, "mem usage")
+        || has(&l, "bad_alloc")
+        || has(&l, "all available ram")
+        || has(&l, "paging file")
+        || has(&l, "memoryerror")
+        || has(&l, "unable to allocate")
+        || has(&l, "host allocation")
+        || has(&l, "allocator cpu")
+        || has(&l, "memalign")
+        || has(&l, "winerror 1455")
+        || has(&l, "errno 12")
+        || has(&l, "outofmemoryerror")
+        || has(&l, "earlyoom")
+        || has(&l, "</torch_")
+        || has(&l, "kernelrestarter")
+        || has(&l, "cpu buffer")
+        || has(&l, "auslagerungsdatei")
         || l.starts_with("bus error")
         || t.contains("页面文件太小")
-        || l.contains("cpu_buffer")
-        || l.contains("abru")
-        || l.contains("unexpectedly")
-        || l.contains("unresponsive")
-        || l.contains("resource limits")
-        || l.contains("exit code: 9")
+        || has(&l, "cpu_buffer")
+        || has(&l, "abru")
+        || has(&l, "unexpectedly")
+        || has(&l, "unresponsive")
+        || has(&l, "resource limits")
+        || has(&l, "exit code: 9")
+        || has(&l, "allocate data of size")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -310,22 +322,22 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     // Slurm's report after a step ends whose peak went over its limit (`slurmstepd: error: Exceeded
     // step memory limit at some point.`, `… Step may have been partially swapped out to disk.`):
     // printed for jobs that finished too; a kill says so in its own words.
-    if l.contains("memory limit at some point") {
+    if has(&l, "memory limit at some point") {
         return None;
     }
     // PyTorch's DataLoader.
     // PaddlePaddle words it `DataLoader process (pid 3063) exited is killed by signal: Killed`.
-    if (l.contains("dataloader worker") || l.contains("dataloader process") || l.starts_with("worker (pid"))
-        && l.contains("killed by signal")
+    if (has(&l, "dataloader worker") || has(&l, "dataloader process") || l.starts_with("worker (pid"))
+        && has(&l, "killed by signal")
     {
         let pid = number_after(&l, "(pid ");
-        let fw = if l.contains("dataloader process") { "paddle" } else { "pytorch" };
+        let fw = if has(&l, "dataloader process") { "paddle" } else { "pytorch" };
         // (`… killed by signal: Bus` / `error. It is possible …` when the paste wraps.)
-        if l.contains("bus error") || l.trim_end().ends_with("signal: bus") {
+        if has(&l, "bus error") || l.trim_end().ends_with("signal: bus") {
             return sym(Shm, fw, pid);
         }
         // A re-typed paste drops the space (`killed by signal:killed`).
-        if l.contains("signal: killed") || l.contains("signal:killed") {
+        if has(&l, "signal: killed") || has(&l, "signal:killed") {
             return sym(Sigkill, fw, pid);
         }
         // An issue title that stops at the signal (`DataLoader worker (pid xxx) is killed by
@@ -335,53 +347,50 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         }
         return None;
     }
-    if l.contains("dataloader worker (pid") && l.contains("exited unexpectedly") {
+    if has(&l, "dataloader worker (pid") && has(&l, "exited unexpectedly") {
         return sym(Exited, "pytorch", number_after(&l, "(pid(s) ").or_else(|| number_after(&l, "(pid ")));
     }
     // Jupyter's automatic restarter brings back a kernel that died (a restart the user asked
     // for logs `Kernel restarted`, not this): `KernelRestarter: restarting kernel (1/5), keep
     // random ports` — on a notebook host most often the OOM killer, as a worker that exited.
-    if l.contains("kernelrestarter: restarting kernel") {
+    if has(&l, "kernelrestarter: restarting kernel") {
         return sym(Exited, "jupyter", None);
     }
     // `ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient
     // shared memory (shm).`
     // PaddlePaddle words it `Unexpected BUS error encountered in DataLoader worker. This might be
     // caused by insufficient shared memory (shm), please check whether use_shared_memory is set`.
-    if l.contains("insufficient shared memory (shm)") {
-        return sym(Shm, if l.contains("use_shared_memory") { "paddle" } else { "pytorch" }, None);
+    if has(&l, "insufficient shared memory (shm)") {
+        return sym(Shm, if has(&l, "use_shared_memory") { "paddle" } else { "pytorch" }, None);
     }
     // A DataLoader worker could not write a batch to /dev/shm: `RuntimeError: unable to write to
     // file </torch_18692_1954506624>: No space left on device (28)`.
-    if l.contains("unable to write to file </torch_") {
+    if has(&l, "unable to write to file </torch_") {
         return sym(Shm, "pytorch", None);
     }
     // Schedulers, runtimes and allocators that say it in so many words.
-    if let Some((_, evidence, framework)) =
-        SAID.iter().find(|(words, ..)| words.iter().all(|w| l.contains(w)))
-    {
+    if let Some((_, evidence, framework)) = SAID.iter().find(|(words, ..)| words.iter().all(|w| has(&l, w))) {
         return sym(*evidence, framework, None);
     }
     // Ray: `The process is killed by SIGKILL by OOM killer due to high memory usage`, `… killed
     // due to memory pressure (OOM)`; it names the worker's pid.
-    if l.contains("killed by sigkill by oom killer")
-        || l.contains("killed due to memory pressure")
-        || l.contains("ray killed this worker")
-        || l.contains("killed due to the node running low on memory")
-        || (l.contains("system memory low at node") && l.contains("killing"))
+    if has(&l, "killed by sigkill by oom killer")
+        || has(&l, "killed due to memory pressure")
+        || has(&l, "ray killed this worker")
+        || has(&l, "killed due to the node running low on memory")
+        || (has(&l, "system memory low at node") && has(&l, "killing"))
         // Older Ray's memory monitor raising in the task: `ray._private.memory_monitor.
         // RayOutOfMemoryError: More than 95% of the memory on node … is used (7.12 / 7.49 GB)`.
-        || l.contains("rayoutofmemoryerror")
+        || has(&l, "rayoutofmemoryerror")
     {
         return sym(Explicit, "ray", number_after(&l, "pid="));
     }
-    if l.contains("oomkilled") && !l.contains("oomkilled:false") && !l.contains("oomkilled\": false") {
+    if has(&l, "oomkilled") && !has(&l, "oomkilled:false") && !has(&l, "oomkilled\": false") {
         return sym(Explicit, "kubernetes", None);
     }
     // earlyoom, the user-space OOM killer: `earlyoom[812]: sending SIGTERM to process 4567 uid 1000
     // "python3": oom_score 900, VmRSS 30000 MiB`.
-    if l.contains("earlyoom")
-        && (l.contains("sending sigterm to process") || l.contains("sending sigkill to process"))
+    if has(&l, "earlyoom") && (has(&l, "sending sigterm to process") || has(&l, "sending sigkill to process"))
     {
         return sym(Explicit, "earlyoom", number_after(&l, "to process "));
     }
@@ -402,18 +411,18 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         return sym(Allocation, "python", None);
     }
     // Killed by SIGKILL.
-    if l.contains("exitcode: -9") {
+    if has(&l, "exitcode: -9") {
         return sym(Sigkill, "torchrun", number_after(&l, "(pid:"));
     }
     // Cog's worker: `Prediction failed for an unknown reason. It might have run out of memory?
     // (exitcode -9)`.
-    if l.contains("might have run out of memory") && l.contains("exitcode -9") {
+    if has(&l, "might have run out of memory") && has(&l, "exitcode -9") {
         return sym(Sigkill, "cog", None);
     }
-    if l.contains("signal 9 (sigkill) received by pid") {
+    if has(&l, "signal 9 (sigkill) received by pid") {
         return sym(Sigkill, "torchrun", number_after(&l, "received by pid"));
     }
-    if l.contains("<signals.sigkill: 9>") {
+    if has(&l, "<signals.sigkill: 9>") {
         return sym(Sigkill, "python", None);
     }
     // A wrapper's own report: `❌ Training failed with exit code -9`.
@@ -424,35 +433,37 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if ends_word(&l, "exited unexpectedly with status -9") {
         return sym(Sigkill, "python", None);
     }
-    if l.contains("return code = -9") || l.contains("returned non-zero exit status -9") {
+    if has(&l, "return code = -9") || has(&l, "returned non-zero exit status -9") {
         return sym(Sigkill, "deepspeed", None);
     }
     // ollama: `Error: 500 Internal Server Error: llama-server process has terminated: signal:
     // killed` (older: `llama runner process has terminated: signal: killed`).
-    if l.contains("process has terminated: signal: killed") {
+    if has(&l, "process has terminated: signal: killed") {
         return sym(Sigkill, "ollama", None);
     }
     // gdb's `Program terminated with signal SIGKILL`; fish's `fish: Job 1, 'python3 …' terminated
     // by signal SIGKILL (Forced quit)`.
-    if l.contains("terminated with signal sigkill") || l.contains("terminated by signal sigkill") {
+    if has(&l, "terminated with signal sigkill") || has(&l, "terminated by signal sigkill") {
         return sym(Sigkill, "shell", None);
     }
     // gunicorn's arbiter: `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` — unless it
     // killed the worker itself after a `WORKER TIMEOUT (pid:N)` (`LogParser` checks that).
-    if l.contains("was sent sigkill! perhaps out of memory") {
+    if has(&l, "was sent sigkill! perhaps out of memory") {
         return sym(Sigkill, GUNICORN, number_after(&l, "(pid:"));
     }
     // PyCharm / IDE runners: `Process finished with exit code 137 (interrupted by signal 9: SIGKILL)`.
-    if l.contains("interrupted by signal 9") {
+    if has(&l, "interrupted by signal 9") {
         return sym(Sigkill, "ide", None);
     }
     // (Docker BuildKit: `executor failed running [...]: exit code: 137`.)
-    if l.contains("exit code 137")
-        || l.contains("exit code: 137")
-        || l.contains("exited with code 137")
-        || l.contains("exit status 137")
+    if has(&l, "exit code 137")
+        || has(&l, "exit code: 137")
+        || has(&l, "exited with code 137")
+        || has(&l, "exit status 137")
         // Horovod's launcher: `Process 0 exit with status code 137.`
-        || l.contains("exit with status code 137")
+        || has(&l, "exit with status code 137")
+        // Newer ninja's failed edge: `FAILED: [code=137] obj/…`.
+        || ends_word(&l, "failed: [code=137]")
         || (l.starts_with("exit code:") && l.trim_start_matches("exit code:").trim() == "137")
         // Kubernetes' container status (`kubectl get pod -o yaml`, `lastState` / `lastFailureInfo`):
         // `exitCode: 137`, in JSON `"exitCode": 137`.
@@ -467,7 +478,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     // Nextflow: `Process `align (19)` terminated with an error exit status (137)`, `The exit status
     // of the task that caused the workflow execution to fail was: 137.`
-    if l.contains("terminated with an error exit status (137)")
+    if has(&l, "terminated with an error exit status (137)")
         || ends_word(&l, "caused the workflow execution to fail was: 137")
     {
         return sym(Sigkill, "nextflow", None);
@@ -480,7 +491,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if l == "bus error" || l == "bus error (core dumped)" {
         return sym(Shm, "shell", None);
     }
-    if l.contains("killing subprocess") {
+    if has(&l, "killing subprocess") {
         return sym(Launcher, "launcher", None);
     }
     None
@@ -844,6 +855,19 @@ mod tests {
                 "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
                 (Explicit, "dask", None),
             ),
+            (
+                "failed to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)",
+                (Allocation, "duckdb", None),
+            ),
+            (
+                "duckdb.duckdb.OutOfMemoryException: Out of Memory Error: Failed to allocate block of 2048 bytes (bad allocation)",
+                (Allocation, "duckdb", None),
+            ),
+            (
+                "--- SIGCHLD {si_signo=SIGCHLD, si_code=CLD_KILLED, si_pid=3840555, si_uid=1000, si_status=SIGKILL, si_utime=1209, si_stime=944} ---",
+                (Sigkill, "strace", None),
+            ),
+            ("FAILED: [code=137] csrc/batch_prefill.cuda.o", (Sigkill, "shell", None)),
             ("=   KILLED BY SIGNAL: 9 (Killed)", (Sigkill, "mpi", None)),
             ("=   EXIT CODE: 9", (Sigkill, "mpi", None)),
             (
@@ -909,6 +933,8 @@ mod tests {
             "c++: internal compiler error: Segmentation fault (program cc1plus)",
             "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)",
             "=   EXIT CODE: 139",
+            "FAILED: [code=1] csrc/batch_prefill.cuda.o",
+            "--- SIGCHLD {si_signo=SIGCHLD, si_code=CLD_EXITED, si_pid=1, si_status=0} ---",
             "EXIT CODE: 9",
             "=   KILLED BY SIGNAL: 11 (Segmentation fault)",
             "mpirun noticed that process rank 0 with PID 1 on node n exited on signal 11 (Segmentation fault).",

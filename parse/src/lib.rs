@@ -735,6 +735,8 @@ impl Pending {
                 && !self.compact.contains("(gpu")
                 && !self.compact.contains("(npu"))
             || (family == Family::Ggml && self.llama_host_buffer())
+            // The TPU compiler's account of the memory after its headline.
+            || (self.family == Family::Jax && family == Family::Jax && frameworks::tpu_usage_summary(c))
     }
 
     /// True when `body` is (the next line of) a traceback printed right after this event's message

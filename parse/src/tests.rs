@@ -780,6 +780,24 @@ fn terminal_wrapped_lines() {
     ]);
     assert_eq!(mpi.len(), 1);
     assert_eq!(mpi[0].framework, "mpi");
+    // DuckDB's CLI prints the error's type and its message on two lines: host memory, not a GPU's.
+    let duck = parse_all([
+        "Out of Memory Error:",
+        "failed to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)",
+    ]);
+    let found: Vec<_> = duck.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+    assert_eq!(found, [("host_oom_kill", "duckdb", 2)]);
+    // The TPU compiler's headline and its account of the memory: one failure; the account alone
+    // (a paste cut before the headline) is one too.
+    let tpu = [
+        "RuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 16.26G of 15.48G hbm. Exceeded hbm capacity by 797.64M.",
+        "",
+        "Total hbm usage >= 16.78G:",
+        "    reserved        530.00M",
+        "    program          16.26G",
+    ];
+    assert_eq!(parse_all(tpu).len(), 1);
+    assert_eq!(parse_all(tpu[2..].iter().copied()).len(), 1);
     // A long line that speaks of a kill, then a line of its own: nothing joined into a symptom.
     let two = parse_all([
         "INFO 2024-05-01 12:00:00 scheduler: the job killed last night was restarted on another node at 03:00",

@@ -91,8 +91,35 @@ pub fn compact(text: &str) -> String {
 
 /// Index just after the first occurrence of `needle` in `hay` at or after `from`.
 pub fn after(hay: &str, needle: &str, from: usize) -> Option<usize> {
-    hay.get(from..)?.find(needle).map(|i| from + i + needle.len())
+    let hay = hay.get(from..)?;
+    // Most searches miss, and `find` sets up a two-way searcher before it looks (`has`).
+    if !has(hay, needle) {
+        return None;
+    }
+    hay.find(needle).map(|i| from + i + needle.len())
 }
+
+/// `hay.contains(needle)`, quicker when it misses. The standard library answers a needle of up to
+/// [`SHORT_NEEDLE`] bytes with a vector scan, a longer one with a two-way searcher whose set-up
+/// costs more than the search on the short lines of a log (a profile of the corpus put a quarter
+/// of the parse in it). Most of the parser's searches miss: a long needle is first looked for by
+/// its head, which the vector scan rules out.
+pub fn has(hay: &str, needle: &str) -> bool {
+    if needle.len() > SHORT_NEEDLE {
+        let mut cut = SHORT_NEEDLE;
+        while !needle.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        if !hay.contains(&needle[..cut]) {
+            return false;
+        }
+    }
+    hay.contains(needle)
+}
+
+/// Longest needle `str::contains` searches with vector instructions rather than a two-way
+/// searcher (the standard library's limit on x86-64).
+const SHORT_NEEDLE: usize = 32;
 
 /// The last `n` bytes of `s` (at a character boundary).
 pub fn tail(s: &str, n: usize) -> &str {
@@ -120,6 +147,47 @@ mod tests {
         }
         assert_eq!(compact(whole), joined);
         assert_eq!(after(&joined, "capacityof", 0), Some(23));
+    }
+
+    #[test]
+    fn long_needles_are_found_as_by_contains() {
+        let needle = "islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache";
+        assert!(has(&format!("x{needle}y"), needle));
+        assert!(!has(&format!("x{}", &needle[..40]), needle));
+        assert!(has(&format!("é{}é", "ü".repeat(20)), &"ü".repeat(20)));
+        assert_eq!(
+            after("abcislargerthanthemaximumnumberoftokensthatcanbestoredinkvcache(", needle, 1),
+            Some(63)
+        );
+        assert_eq!(after("abc", "b", 2), None);
+        assert_eq!(after("abc", "b", 9), None);
+    }
+
+    proptest::proptest! {
+        // Needles cut from the haystack itself (hits) and from other text (mostly misses), of
+        // every length around the vector limit.
+        #[test]
+        fn has_and_after_agree_with_std(
+            hay in "[a-cé:]{0,120}",
+            other in "[a-cé:]{1,60}",
+            start in 0usize..120,
+            len in 1usize..60,
+            from in 0usize..130,
+        ) {
+            let cut = |s: &str, a: usize, n: usize| {
+                let chars: Vec<char> = s.chars().collect();
+                let a = a.min(chars.len());
+                chars[a..(a + n).min(chars.len())].iter().collect::<String>()
+            };
+            for needle in [cut(&hay, start, len), other.clone()] {
+                if needle.is_empty() {
+                    continue;
+                }
+                proptest::prop_assert_eq!(has(&hay, &needle), hay.contains(needle.as_str()));
+                let want = hay.get(from..).and_then(|h| h.find(needle.as_str())).map(|i| from + i + needle.len());
+                proptest::prop_assert_eq!(after(&hay, &needle, from), want);
+            }
+        }
     }
 
     #[test]
