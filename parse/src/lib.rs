@@ -527,7 +527,7 @@ impl Traceback {
 }
 
 /// Words of a failure that a terminal's hard wrap may cut in two.
-const WRAPPED_WORDS: [&str; 7] = [
+const WRAPPED_WORDS: [&str; 12] = [
     "outofmemory",
     "triedtoallocate",
     "failedtoallocate",
@@ -535,6 +535,12 @@ const WRAPPED_WORDS: [&str; 7] = [
     "resource_exhausted",
     "cudamalloc",
     "memoryallocation",
+    // A host symptom's (`… driver state change (ex` / `it code: 137)`).
+    "exitcode",
+    "exitstatus",
+    "terminated",
+    "killed",
+    "signal",
 ];
 
 /// Words of a line that begins to report a failure.

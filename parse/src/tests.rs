@@ -780,6 +780,13 @@ fn terminal_wrapped_lines() {
     ]);
     assert_eq!(mpi.len(), 1);
     assert_eq!(mpi[0].framework, "mpi");
+    // A host symptom's own word cut in two.
+    let databricks = parse_all([
+        "com.databricks.backend.common.rpc.DriverStoppedException: Driver down cause: driver state change (ex",
+        "it code: 137)",
+    ]);
+    let found: Vec<_> = databricks.iter().map(|e| (e.kind.as_str(), e.line)).collect();
+    assert_eq!(found, [("host_oom_kill", 1)]);
     // DuckDB's CLI prints the error's type and its message on two lines: host memory, not a GPU's.
     let duck = parse_all([
         "Out of Memory Error:",
