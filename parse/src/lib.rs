@@ -33,7 +33,8 @@
 //! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure. So are a head
 //! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), a long line a
 //! terminal hard-wrapped (its failure words cut, or its first part already speaking of a failure:
-//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`),
+//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`; a host
+//! symptom's too: `… MPI process (rank: 0, pid: 39547) terminated` / ` with signal 9 -> abort job`),
 //! PyTorch 1.x's message wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
 //! lines reporting it, and a failure with numbers and its advice a few lines on without them
 //! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`), and a
