@@ -22,7 +22,8 @@
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
-//! * `text.rs` — the bounded, cleaned view of a line and the compact (wrap-proof) form of a message.
+//! * `text.rs` — the bounded, cleaned view of a line, the compact (wrap-proof) form of a message,
+//!   and the substring searches every table uses (`has`, `after`: quick on a miss).
 //!
 //! **One failure, one event.** A message hard-wrapped over several lines (even mid-word), the
 //! traceback before it, the trailer lines after it (CUDA hints, TensorFlow's `[[node …]]`, the
