@@ -682,6 +682,14 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
     if open.len() < 2 && !open.contains(&Unknown) {
         return Vec::new();
     }
+    // A job's log that only shows a process gone (a worker that exited, a launcher killing the
+    // rest): the GPU's numbers say nothing of it; the host's do.
+    if f.kind == "host_oom_kill" {
+        return vec![
+            "the kernel's OOM-killer line for the process (`Out of memory: Killed process N`): the agent reads /dev/kmsg on the node (`dmesg` by hand)".to_owned(),
+            "the host memory the job used before it died against its limit (the pod's or cgroup's `memory.max`, the node's RAM)".to_owned(),
+        ];
+    }
     let has = |s: Scenario| open.contains(&s);
     let mut d = Vec::new();
     if f.phase_source == "unknown" && (has(Static) || has(Batch) || has(Sequence)) {
@@ -783,6 +791,10 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
             "allocation" => "a host memory allocation was refused: host RAM ran out".to_owned(),
             "shm" => "a worker died of SIGBUS: shared memory (/dev/shm, held in host RAM) ran out".to_owned(),
             "sigkill" => "the process was killed by SIGKILL (exit status 137 / -9): on a node that is almost always the OOM killer".to_owned(),
+            "exited" => format!(
+                "{} reports a worker, kernel or driver that died without saying why: most often killed for host memory (the OOM killer, or its shared memory)",
+                f.framework
+            ),
             _ => "a launcher killed its workers after one died without an error of its own: most often the OOM killer".to_owned(),
         },
         Rule::XidError => format!(
@@ -1264,8 +1276,20 @@ mod tests {
             EventEvidence { kind: "host_oom_kill".into(), gpu_index: None, ..EventEvidence::default() };
         assert_eq!(rule(host.clone()), Rule::HostOomKill);
         assert_eq!(attribute(&feat(host.clone())).confidence_pct, 95);
-        let killed = EventEvidence { host_evidence: "sigkill".into(), ..host };
-        assert_eq!(attribute(&feat(killed)).confidence_pct, 90);
+        let killed = EventEvidence { host_evidence: "sigkill".into(), ..host.clone() };
+        let a = attribute(&feat(killed));
+        assert_eq!(a.confidence_pct, 90);
+        // What would decide a host kill is the host's evidence, not the GPU's.
+        assert!(a.decide.iter().any(|d| d.contains("/dev/kmsg")), "{:?}", a.decide);
+        assert!(!a.decide.iter().any(|d| d.contains("GPU") || d.contains("allocator")), "{:?}", a.decide);
+        let exited = EventEvidence { host_evidence: "exited".into(), framework: "databricks".into(), ..host };
+        let a = attribute(&feat(exited));
+        assert_eq!((a.scenario, a.confidence_pct), (HostOom, 60));
+        assert!(
+            a.evidence[0].contains("databricks reports a worker, kernel or driver that died"),
+            "{:?}",
+            a.evidence
+        );
         assert_eq!(rule(EventEvidence { kind: "xid".into(), ..EventEvidence::default() }), Rule::XidError);
 
         // Others: listed, implied by the numbers, or only outside the allocator.
