@@ -56,6 +56,10 @@ const OWN_ALLOCATOR: &[&str] = &[
     "catboost",
 ];
 
+/// Frameworks whose device memory goes through PyTorch's caching allocator (its OOM message's
+/// numbers, the hook's allocator summary): PyTorch and what runs on it.
+const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm", "sglang", "tgi"];
+
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
@@ -701,10 +705,20 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
     if f.no_shape() && (has(Static) || has(Batch) || has(Sequence)) {
         d.push("the job shape (model size, batch, sequence length, precision, optimizer): report it with the hook".to_owned());
     }
+    // PyTorch's caching allocator (also under the engines built on it) prints its numbers and the
+    // hook reads its state; other frameworks' allocators only their own error's report.
+    let torch = f.framework.is_empty() || TORCH_ALLOCATOR.contains(&f.framework.as_str());
     if f.no_allocator() {
-        d.push("the allocator's numbers (allocated, reserved, free): PyTorch's full OOM message or the hook's report".to_owned());
+        d.push(if torch {
+            "the allocator's numbers (allocated, reserved, free): PyTorch's full OOM message or the hook's report".to_owned()
+        } else {
+            format!(
+                "the memory in use and free at the failure: {}'s full error with its memory report, or the agent's NVML samples of the process and the GPU",
+                if f.framework == "cuda" { "the program" } else { f.framework.as_str() }
+            )
+        });
     }
-    if f.alloc_largest_free_bytes.is_none() && (has(Fragmentation) || has(Static) || has(Batch)) {
+    if torch && f.alloc_largest_free_bytes.is_none() && (has(Fragmentation) || has(Static) || has(Batch)) {
         d.push(
             "the allocator's state at the OOM (largest free block, the code holding the memory): oomlens_hook.install(record_history=True) in the job"
                 .to_owned(),
@@ -1419,9 +1433,21 @@ mod tests {
             EventEvidence { kind: "cuda_oom".into(), framework: "cuda".into(), ..EventEvidence::default() };
         let a = attribute(&feat(bare.clone()));
         assert_eq!((a.rule, a.scenario), (Rule::OutsideAllocator, Contention));
-        assert!(a.decide.iter().any(|d| d.contains("allocator's numbers")), "{:?}", a.decide);
+        assert!(a.decide.iter().any(|d| d.contains("the program's full error")), "{:?}", a.decide);
         let cut = EventEvidence { framework: "pytorch".into(), ..bare.clone() };
-        assert_eq!(attribute(&feat(cut)).scenario, Unknown);
+        let a = attribute(&feat(cut));
+        assert_eq!(a.scenario, Unknown);
+        // What decides names the framework's own evidence: PyTorch's numbers and the hook's
+        // allocator summary for PyTorch, the framework's error and NVML for the others.
+        assert!(a.decide.iter().any(|d| d.contains("PyTorch's full OOM message")), "{:?}", a.decide);
+        assert!(a.decide.iter().any(|d| d.contains("record_history")), "{:?}", a.decide);
+        let cubecl = attribute(&feat(EventEvidence { framework: "cubecl".into(), ..bare.clone() }));
+        assert!(cubecl.decide.iter().any(|d| d.contains("cubecl's full error")), "{:?}", cubecl.decide);
+        assert!(
+            !cubecl.decide.iter().any(|d| d.contains("PyTorch") || d.contains("record_history")),
+            "{:?}",
+            cubecl.decide
+        );
         assert_eq!(
             rule(EventEvidence { message_hint: "context_creation".into(), ..bare.clone() }),
             Rule::ContextCreation
