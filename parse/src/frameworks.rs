@@ -289,22 +289,13 @@ pub fn detect(c: &str) -> Option<Family> {
     if has(c, "throwinganinstanceof'c10::") && has(c, "outofmemoryerror'") {
         return Some(Family::Torch);
     }
-    // (Java's `java.lang.OutOfMemoryError: Java heap space` is the JVM's heap, and Ray's
-    // `ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.`
-    // its memory monitor killing a worker for the host's memory: `host.rs`.)
-    // DuckDB's buffer manager (host memory: `Out of Memory Error: failed to allocate data of size
-    // 256.0 MiB (12.2 GiB/12.1 GiB used)`, its CLI printing the message on the next line) is
-    // `host.rs`'s: an `Out of Memory Error:` that ends the line says nothing of whose memory.
+    // An `OutOfMemoryError:` of another program's host memory is `host.rs`'s ([`HOST_OOM_ERRORS`]),
+    // and one that ends the line (DuckDB's CLI prints its message on the next) names no memory.
     if has(c, "cudaoutofmemory")
         || has(c, "hipoutofmemory")
         || (has(c, "outofmemoryerror:")
             && !c.ends_with("outofmemoryerror:")
-            && !has(c, "java.lang.outofmemoryerror")
-            && !has(c, "rayoutofmemoryerror")
-            && !has(c, "ray.exceptions.outofmemoryerror")
-            && !has(c, "duckdb")
-            && !has(c, "outofmemoryerror:failedtoallocatedataofsize")
-            && !has(c, "outofmemoryerror:failedtoallocateblockof"))
+            && !HOST_OOM_ERRORS.iter().any(|w| has(c, w)))
     {
         return Some(Family::Torch);
     }
@@ -581,6 +572,21 @@ fn gpu_memory_ran_out(c: &str) -> bool {
         && !FALLS_BACK.iter().any(|w| c.contains(w))
         && !has(c, "notenoughgpumemory?")
 }
+
+/// Out-of-memory errors of host memory whose words contain `OutOfMemoryError:`: Java's
+/// `java.lang.OutOfMemoryError: Java heap space` (the JVM's heap); Ray's memory monitor killing a
+/// worker (`ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on
+/// memory.`, older `RayOutOfMemoryError`); DuckDB's buffer manager (`Out of Memory Error: failed
+/// to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)`, `… Failed to allocate block of
+/// 2048 bytes`).
+const HOST_OOM_ERRORS: &[&str] = &[
+    "java.lang.outofmemoryerror",
+    "rayoutofmemoryerror",
+    "ray.exceptions.outofmemoryerror",
+    "duckdb",
+    "outofmemoryerror:failedtoallocatedataofsize",
+    "outofmemoryerror:failedtoallocateblockof",
+];
 
 /// The TPU compiler's account of a program that did not fit: `Total hbm usage >= 11.47G:`.
 pub fn tpu_usage_summary(c: &str) -> bool {
