@@ -22,6 +22,7 @@
 //! behind their own prefixes (`prefix.rs`); the event keeps the underlying framework.
 
 use super::Fields;
+use super::generic;
 use super::prefix::Origin;
 use super::text::{after, has};
 use super::units::{GIB, number_at, size_at, u32_at, uint_at};
@@ -325,18 +326,30 @@ pub fn detect(c: &str) -> Option<Family> {
     if has(c, "noexecutablebatchsizefound") || has(c, "makesureyouhaveenoughgpuramtofitthequantizedmodel") {
         return Some(Family::Accelerate);
     }
-    if cuda_runtime(c) {
+    if cuda_runtime(c) || other_device_failure(c) {
         return Some(Family::Cuda);
     }
     None
 }
 
+/// A failed device allocation in words no rule names (`generic.rs`): framework `other`.
+pub fn other_device_failure(c: &str) -> bool {
+    generic::device_memory_failed(c)
+        && !has(c, "notenoughgpumemory?")
+        && !unified_memory_retry(c)
+        && !cuda_runtime(c)
+}
+
+/// XLA's unified-memory allocator (`TF_FORCE_UNIFIED_MEMORY`) logs a refused request and goes
+/// on with a smaller one: `failed to alloc N bytes unified memory; result:
+/// CUDA_ERROR_OUT_OF_MEMORY` — a real failure follows from the BFC allocator if there is one.
+fn unified_memory_retry(c: &str) -> bool {
+    has(c, "bytesunifiedmemory;result:")
+}
+
 /// The CUDA runtime's or driver's out-of-memory error, as any program prints it.
 fn cuda_runtime(c: &str) -> bool {
-    // XLA's unified-memory allocator (`TF_FORCE_UNIFIED_MEMORY`) logs a refused request and goes
-    // on with a smaller one: `failed to alloc N bytes unified memory; result:
-    // CUDA_ERROR_OUT_OF_MEMORY` — a real failure follows from the BFC allocator if there is one.
-    if has(c, "bytesunifiedmemory;result:") {
+    if unified_memory_retry(c) {
         return false;
     }
     if has(c, "cudaerror:outofmemory")
@@ -553,7 +566,8 @@ fn cuda_runtime(c: &str) -> bool {
 
 /// Other programs' words for the GPU's memory running out (Julia's CUDA.jl `Out of GPU memory
 /// trying to allocate 1.5 GiB`, `not enough VRAM`, `GPU memory exhausted`), unless the line says
-/// the program falls back or retries instead of failing.
+/// the program falls back or retries instead of failing, or advises (`If you run out of GPU
+/// memory, …`).
 fn gpu_memory_ran_out(c: &str) -> bool {
     const RAN_OUT: &[&str] = &[
         "outofgpumemory",
@@ -565,7 +579,7 @@ fn gpu_memory_ran_out(c: &str) -> bool {
         "gpumemoryisexhausted",
     ];
     const FALLS_BACK: &[&str] =
-        &["fallingback", "fallback", "fallsback", "retry", "willuse", "insteadof", "warning"];
+        &["fallingback", "fallback", "fallsback", "retry", "willuse", "insteadof", "warning", "ifyou"];
     // ColabFold prefixes every failed prediction with its guess `Not Enough GPU memory?`, whatever
     // the error (its real OOMs carry XLA's `RESOURCE_EXHAUSTED`, read by the JAX family).
     RAN_OUT.iter().any(|w| c.contains(w))
@@ -593,10 +607,15 @@ pub fn tpu_usage_summary(c: &str) -> bool {
     c.starts_with("totalhbmusage>=")
 }
 
-/// DataParallel's re-raise of a replica's failure: `torch.OutOfMemoryError: Caught
-/// OutOfMemoryError in replica 0 on device 0.` (its `Original Traceback` and message follow).
+/// A wrapper's re-raise of a failure in another worker, whose own traceback and message follow:
+/// DataParallel's `torch.OutOfMemoryError: Caught OutOfMemoryError in replica 0 on device 0.`;
+/// Ray's `ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=…)`
+/// when the remote call's name says it was on the GPU — Ray wraps a task's own exception this
+/// way, PyTorch's as well as a nested task's host kill (`ray.exceptions.OutOfMemoryError`), so
+/// without a device word the wrapper alone cannot tell which memory ran out.
 pub fn replica_wrapper(c: &str) -> bool {
     has(c, "caughtoutofmemoryerrorinreplica")
+        || (has(c, "raytaskerror(outofmemoryerror)") && (has(c, "gpu") || has(c, "cuda")))
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same
@@ -1248,7 +1267,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "hugectr"
         } else if has(c, "youmaytry\"-mmemorysize\"") {
             "thundersvm"
-        } else if gpu_memory_ran_out(c) {
+        } else if gpu_memory_ran_out(c) || other_device_failure(c) {
             // Not a CUDA runtime error: a program's own words, whose allocator is unknown.
             "other"
         } else if has(c, "cupy") || has(c, "chainer") {

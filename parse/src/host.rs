@@ -17,6 +17,7 @@
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
 
+use super::generic;
 use super::text::has;
 
 /// How direct the evidence of a host-memory failure is (label `host_oom.evidence`).
@@ -494,6 +495,13 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     if has(&l, "killing subprocess") {
         return sym(Launcher, "launcher", None);
     }
+    // Words no rule above names, read by what such reports have in common (`generic.rs`).
+    if generic::host_limit_exceeded(&l) {
+        return sym(Explicit, GENERIC, None);
+    }
+    if generic::killed_by_sigkill(&l) {
+        return sym(Sigkill, GENERIC, None);
+    }
     None
 }
 
@@ -501,6 +509,9 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
 fn ends_word(l: &str, w: &str) -> bool {
     l.match_indices(w).any(|(i, _)| !l.as_bytes().get(i + w.len()).is_some_and(u8::is_ascii_digit))
 }
+
+/// Who printed a symptom read by the last-resort wordings (`generic.rs`): not known.
+pub const GENERIC: &str = "other";
 
 /// Who printed gunicorn's worker-killed line.
 pub const GUNICORN: &str = "gunicorn";

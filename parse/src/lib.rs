@@ -18,6 +18,10 @@
 //!   words say about the cause (`message.hint`; for TensorFlow also the refused tensor's shape);
 //!   `op.rs` — the code the failing allocation was made in (attention: hint `attention`, its
 //!   clue `message.op`).
+//! * `generic.rs` — the last-resort readings of programs no rule names (SIGKILL or status 137 in
+//!   any words, a memory limit exceeded, a device allocation refused): framework `other`, never on
+//!   a logger's debug, info or warning line, and not a second event when it only explains a
+//!   failure just reported.
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
@@ -75,6 +79,7 @@
 
 pub mod command;
 pub mod frameworks;
+pub mod generic;
 pub mod hint;
 pub mod host;
 pub mod kernel;
@@ -584,6 +589,21 @@ fn wrapped_failure(head: &str, next: &str) -> bool {
             .any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
 }
 
+/// True when a line's start (`family`, its host symptom, compact text `c`) was read only by the
+/// last-resort wordings of `generic.rs`, no program's own rule.
+fn generic_reading(family: Family, symptom: Option<&HostSymptom>, c: &str) -> bool {
+    match family {
+        Family::Host => symptom.is_some_and(|s| s.framework == host::GENERIC),
+        Family::Cuda => frameworks::other_device_failure(c),
+        _ => false,
+    }
+}
+
+/// True when a logger's prefix marks the line as debug, info or warning: not a failure's report.
+fn quiet_level(o: &Origin) -> bool {
+    matches!(o.level, Some(b'D' | b'I' | b'W'))
+}
+
 /// Python's traceback header.
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
@@ -713,14 +733,16 @@ impl Pending {
         }
     }
 
-    /// Keeps the strongest host symptom (and the first pid named).
+    /// Keeps the strongest host symptom (and the first pid named); of two as strong, a program's
+    /// own words over the last-resort wordings' (`generic.rs`).
     fn add_symptom(&mut self, s: Option<HostSymptom>) {
         let Some(s) = s else {
             return;
         };
         let pid = s.pid;
+        let rank = |h: &HostSymptom| (h.evidence.strength(), h.framework != host::GENERIC);
         match &mut self.host {
-            Some(h) if h.evidence.strength() >= s.evidence.strength() => h.pid = h.pid.or(pid),
+            Some(h) if rank(h) >= rank(&s) => h.pid = h.pid.or(pid),
             h => *h = Some(HostSymptom { pid: pid.or(h.as_ref().and_then(|x| x.pid)), ..s }),
         }
     }
@@ -909,14 +931,26 @@ impl LogParser {
         // A blank line between a head and its message (ComfyUI's `Error occurred when executing
         // KSampler:`, an empty line, `Allocation on device`) keeps the head.
         let head = if c.is_empty() { None } else { self.head.take() };
-        let wrapped = match (family, head) {
-            (None, Some((number, head_raw, head_c, head_origin)))
+        // A line read only by the last-resort wordings (`generic.rs`) may be the tail of a held
+        // line whose own words, joined, say more (`… terminated` + ` with signal 9 -> abort job`).
+        let generic_only = family.is_none_or(|f| generic_reading(f, symptom.as_ref(), &c));
+        // A logger's info or warning line is not a failure, whatever its words: read in words
+        // no specific rule names (PyTorch's `[W906 …CUDACachingAllocator.cpp:3934] memory
+        // allocation failed with OOM on device 0` before its own error), it starts nothing.
+        let (family, symptom) = if family.is_some() && generic_only && quiet_level(&origin) {
+            (None, None)
+        } else {
+            (family, symptom)
+        };
+        let wrapped = match (generic_only, head) {
+            (true, Some((number, head_raw, head_c, head_origin)))
                 if head_origin.compatible(&origin)
-                    && (head_c.ends_with(':') || wrapped_failure(&head_c, &c)) =>
+                    && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(&head_c, &c)) =>
             {
                 // A device failure's words, else a host symptom's (matched on the line as it was
                 // before the wrap: the head's body and this line's text).
-                frameworks::detect(&format!("{head_c}{c}"))
+                let joined_c = format!("{head_c}{c}");
+                frameworks::detect(&joined_c)
                     .map(|f| (f, None))
                     .or_else(|| {
                         let joined = format!("{}{raw}", prefix::strip(&head_raw).0);
@@ -925,6 +959,9 @@ impl LogParser {
                                 !self.launcher_explained(s, &head_origin) && !self.timeout_explained(s)
                             })
                             .map(|s| (Family::Host, Some(s)))
+                    })
+                    .filter(|(f, s)| {
+                        !(quiet_level(&head_origin) && generic_reading(*f, s.as_ref(), &joined_c))
                     })
                     .map(|(f, s)| (f, s, number, head_raw, head_c, head_origin))
             }
@@ -1300,7 +1337,20 @@ impl LogParser {
                     || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
                         && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
         });
-        if dup {
+        // A device failure in a program's own words only (framework `other`, no numbers) while
+        // or right after a known failure of the same stream is that failure's explanation
+        // (RELION's `You ran out of memory on the GPU(s).`, ComfyUI's `This error means you ran
+        // out of memory on your GPU.`), not a second failure.
+        let explains = kind == OomKind::CudaOom
+            && framework == "other"
+            && !numbered
+            && (self.pending.iter().any(|q| q.family != Family::Host && q.origin.compatible(&p.origin))
+                || self.recent.iter().any(|r| {
+                    !r.host
+                        && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW
+                        && (r.key.is_empty() || p.origin.key.is_empty() || r.key == p.origin.key)
+                }));
+        if dup || explains {
             self.duplicates += 1;
             return;
         }

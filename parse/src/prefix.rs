@@ -38,6 +38,10 @@ pub struct Origin {
     pub gpu: Option<u32>,
     /// Source file of a glog/absl line, lower-cased (`tensorflow/core/…/bfc_allocator.cc`).
     pub src: Option<String>,
+    /// Severity of the line, when a logger prefix names it: the first letter of its level (`I`,
+    /// `W`, `E`, `F` of glog, c10 and absl; `D`, `I`, `W`, `E`, `C`, `F` of Python's logging,
+    /// DeepSpeed and vLLM).
+    pub level: Option<u8>,
 }
 
 impl Origin {
@@ -147,11 +151,12 @@ fn date(c: &mut Cur<'_>) -> Option<()> {
 
 const LEVELS: &[&str] = &["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
 
-fn level(c: &mut Cur<'_>) -> Option<()> {
+/// The level word at the cursor: its first letter.
+fn level(c: &mut Cur<'_>) -> Option<u8> {
     for l in LEVELS {
         let save = c.i;
         if c.lit(l).is_some() {
-            return Some(());
+            return Some(l.as_bytes()[0]);
         }
         c.i = save;
     }
@@ -226,6 +231,7 @@ fn nccl(s: &str, o: &mut Origin) -> Option<usize> {
 
 fn glog(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
+    let level = s.as_bytes().first().copied();
     c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
     c.digits(4, 4)?;
     c.lit(" ")?;
@@ -241,12 +247,14 @@ fn glog(s: &str, o: &mut Origin) -> Option<usize> {
     c.lit("]")?;
     let _ = c.lit(" ");
     o.src = Some(src);
+    o.level = level;
     Some(c.i)
 }
 
 fn c10_bracket(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
     c.lit("[")?;
+    let level = s.as_bytes().get(1).copied();
     c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
     c.digits(3, 4)?;
     c.lit(" ")?;
@@ -254,7 +262,7 @@ fn c10_bracket(s: &str, o: &mut Origin) -> Option<usize> {
     c.until(b']', 512)?;
     c.lit("]")?;
     let _ = c.lit(" ");
-    let _ = o;
+    o.level = level;
     Some(c.i)
 }
 
@@ -266,16 +274,18 @@ fn absl(s: &str, o: &mut Origin) -> Option<usize> {
     c.lit(".")?;
     c.digits(1, 9)?;
     c.lit(": ")?;
+    let level = s.as_bytes().get(c.i).copied();
     c.byte(|b| matches!(b, b'I' | b'W' | b'E' | b'F'))?;
     c.spaces();
     let src = src_file(&mut c)?;
     c.lit("]")?;
     let _ = c.lit(" ");
     o.src = Some(src);
+    o.level = level;
     Some(c.i)
 }
 
-fn pylog(s: &str, _o: &mut Origin) -> Option<usize> {
+fn pylog(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
     date(&mut c)?;
     c.lit(" ")?;
@@ -286,7 +296,10 @@ fn pylog(s: &str, _o: &mut Origin) -> Option<usize> {
     for _ in 0..2 {
         c.lit(" - ")?;
         let save = c.i;
-        if level(&mut c).is_some() && c.lit(" - ").is_some() {
+        if let Some(l) = level(&mut c)
+            && c.lit(" - ").is_some()
+        {
+            o.level = Some(l);
             return Some(c.i);
         }
         c.i = save;
@@ -295,16 +308,16 @@ fn pylog(s: &str, _o: &mut Origin) -> Option<usize> {
     None
 }
 
-fn pylog_short(s: &str, _o: &mut Origin) -> Option<usize> {
+fn pylog_short(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
-    level(&mut c)?;
+    o.level = Some(level(&mut c)?);
     c.lit(":")?;
     c.run(|b| is_word(b) || b == b'.', 128)?;
     c.lit(":")?;
     Some(c.i)
 }
 
-fn deepspeed(s: &str, _o: &mut Origin) -> Option<usize> {
+fn deepspeed(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
     c.lit("[")?;
     date(&mut c)?;
@@ -313,7 +326,7 @@ fn deepspeed(s: &str, _o: &mut Origin) -> Option<usize> {
     c.lit(",")?;
     c.digits(3, 3)?;
     c.lit("] [")?;
-    level(&mut c)?;
+    o.level = Some(level(&mut c)?);
     c.lit("]")?;
     let _ = c.lit(" ");
     let save = c.i;
@@ -325,9 +338,9 @@ fn deepspeed(s: &str, _o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
-fn vllm_level(s: &str, _o: &mut Origin) -> Option<usize> {
+fn vllm_level(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
-    level(&mut c)?;
+    o.level = Some(level(&mut c)?);
     c.lit(" ")?;
     c.digits(2, 2)?;
     c.lit("-")?;

@@ -812,3 +812,59 @@ fn terminal_wrapped_lines() {
     ]);
     assert!(two.is_empty(), "{two:?}");
 }
+
+/// Programs whose words no specific rule names still give an event (framework `other`), read by
+/// what such reports have in common (`generic.rs`); what only looks like one gives none.
+#[test]
+fn unknown_programs_by_their_common_words() {
+    let found = |lines: &[&str]| -> Vec<(&'static str, &'static str, u64)> {
+        parse_all(lines.iter().copied()).iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect()
+    };
+    // A process supervisor's report of SIGKILL, and a platform's memory quota, in words no rule
+    // names (the specific rules' own test lines are elsewhere).
+    assert_eq!(found(&["worker-3 finished: terminated by signal 9"]), [("host_oom_kill", "other", 1)]);
+    assert_eq!(found(&["job 4412 ended (returncode=137), restarting"]), [("host_oom_kill", "other", 1)]);
+    assert_eq!(
+        found(&["app[web.1]: process exceeded its memory quota, stopping"]),
+        [("host_oom_kill", "other", 1)]
+    );
+    // With a program's own report of the same death, the event keeps the program's name.
+    assert_eq!(found(&["Command terminated by signal 9", "Exit code 137"]), [("host_oom_kill", "shell", 1)]);
+    // A device allocation refused in a runtime's own words.
+    assert_eq!(
+        found(&["[svc] fatal: failed to allocate 2.10 GiB on device 0 (HBM)"]),
+        [("cuda_oom", "other", 1)]
+    );
+    // Not failures: a logger's warning, a retry, advice, a command, a timeout's kill, a dump's field.
+    for quiet in [
+        "[W906 15:02:06.204334026 Allocator.cpp:39] memory allocation failed with OOM on device 0",
+        "2024-05-01 12:00:00,123 - WARNING - GPU allocation failed, retrying with a smaller tile",
+        "If you run out of GPU memory, lower the resolution",
+        "run `kill -9 <pid>` if the worker hangs",
+        "worker 12 timed out after 600 s, sending SIGKILL",
+        "ExitCode:137,",
+        "epoch 137: loss 0.23, 9 samples skipped",
+    ] {
+        assert_eq!(found(&[quiet]), [], "{quiet}");
+    }
+    // A program explaining the failure it just reported (RELION after its allocator's error): one
+    // failure, not two.
+    let relion = [
+        "ERROR: HipCustomAllocator out of memory",
+        "[requestedSpace:             9223372036854775808 B]",
+        "ERROR:",
+        "You ran out of memory on the GPU(s).",
+    ];
+    assert_eq!(found(&relion).len(), 1);
+    // Ray re-raising a task's failure whose call names the GPU: a PyTorch OOM whose own message
+    // the paste cut off.
+    assert_eq!(
+        found(&[
+            "Traceback (most recent call last):",
+            "  File \"/app/orz/ppo/trainer.py\", line 1289, in _backload_vllm_engines",
+            "    await asyncio.gather(*backload_tasks)",
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=11992, ip=10.148.9.90)",
+        ]),
+        [("cuda_oom", "pytorch", 1)]
+    );
+}

@@ -1,0 +1,345 @@
+//! Last-resort readings of failure wordings that no program-specific rule knows.
+//!
+//! Every batch of real messages brings programs whose words the parser has never seen (a
+//! launcher's `exited on signal 9`, a platform's `Memory quota exceeded`, a runtime's `failed to
+//! allocate … on the GPU`). The rules in `frameworks.rs` and `host.rs` each name one program's
+//! words; this module reads what such messages have in common, so that an unknown program's
+//! failure still becomes an event (framework `other`) instead of nothing:
+//!
+//! * [`killed_by_sigkill`]: a process reported dead of SIGKILL (`signal 9`, `SIGKILL`, `signal:
+//!   killed`) or with status 137 / -9 (`exit code 137`, `status=137`, `returncode -9`), which is
+//!   how the kernel's OOM killer leaves a process;
+//! * [`host_limit_exceeded`]: host memory or a memory limit said in so many words to have run
+//!   out (`memory limit exceeded`, `killed due to memory`, `out of host memory`);
+//! * [`device_memory_failed`]: a memory failure's words together with a device's (`failed to
+//!   allocate … on the GPU`, `GPU allocation failed`, `not enough device memory`).
+//!
+//! Each one refuses what only looks like a failure: advice and conditions (`if you run out of
+//! memory`, `to avoid`), fallbacks and retries, commands (`kill -9`), and kills that are not the
+//! memory's (a time limit, a timeout, a cancellation, SIGTERM first). These readings run only when
+//! no specific rule claimed the line, and they are measured like every other rule: on the corpus
+//! of real messages, and on the real logs of jobs that did not fail (`corpus/` `quiet-…` records),
+//! where they must stay quiet.
+
+use super::text::has;
+
+/// Words of a kill that is not the memory's, or of a line that is not a report: a command
+/// typed or documented (`kill -9`, `pkill`), a supervisor's own kill (a timeout, a time limit, a
+/// cancellation, preemption, SIGTERM first), an interrupt, a condition or advice.
+const NOT_MEMORY_KILL: &[&str] = &[
+    "kill -9",
+    "kill -s",
+    "kill -kill",
+    "pkill",
+    "killall",
+    "sending sigkill",
+    "send sigkill",
+    "sends sigkill",
+    "timeout",
+    "timed out",
+    "time limit",
+    "deadline",
+    "sigterm",
+    "preempt",
+    "cancel",
+    "interrupt",
+    "ctrl",
+    "grace",
+    "if ",
+    "whether",
+    "e.g.",
+    "usage:",
+    "--signal",
+];
+
+/// A process reported dead of SIGKILL, the OOM killer's signal, in any program's words: `signal
+/// 9`, `SIGKILL`, `signal: killed`, `kill signal`, or an exit status of 137 (128 + 9) or -9
+/// after a word naming a status (`exit code 137`, `status=137`, `returncode: -9`). `l` is the
+/// line in lower case.
+pub fn killed_by_sigkill(l: &str) -> bool {
+    let said = has(l, "sigkill")
+        || has(l, "signal: killed")
+        || has(l, "signal killed")
+        || has(l, "kill signal")
+        || has(l, "killed signal")
+        || coded(l, "9", &["signal", "sig"])
+        || coded(l, "137", STATUS_WORDS)
+        || coded(l, "-9", STATUS_WORDS);
+    said && !NOT_MEMORY_KILL.iter().any(|w| has(l, w))
+}
+
+/// Words after which a number is a process's exit status.
+const STATUS_WORDS: &[&str] =
+    &["code", "status", "rc", "returned", "exitcode", "exit_code", "returncode", "exit"];
+
+/// True when `value` stands in `l` as a number of its own (no digit or letter glued to either
+/// side) right after one of `keys` and a separator: a space, `=`, `(`, `[`, or `: ` — not a bare
+/// `:`, which is a structured dump's field (`ExitCode:137,` in `docker inspect`, read with the
+/// `OOMKilled:false` beside it), not a report.
+fn coded(l: &str, value: &str, keys: &[&str]) -> bool {
+    let b = l.as_bytes();
+    l.match_indices(value).any(|(i, _)| {
+        let end = i + value.len();
+        // (`1370`, `137.5`, `137a` are other numbers.)
+        let glued = b.get(end).is_some_and(|c| {
+            c.is_ascii_alphanumeric() || (*c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit))
+        });
+        if glued {
+            return false;
+        }
+        let before = &l[..i];
+        let word = before.trim_end_matches([' ', ':', '=', '(', '[', '\'', '"']);
+        let sep = &before[word.len()..];
+        if sep.is_empty() || sep == ":" || sep.len() > 3 {
+            return false;
+        }
+        keys.iter().any(|k| {
+            word.strip_suffix(k)
+                .is_some_and(|rest| !rest.as_bytes().last().is_some_and(u8::is_ascii_alphabetic))
+        })
+    })
+}
+
+/// A memory limit's names; [`limit_exceeded`] reads one with `exceed` around it.
+const LIMITS: &[&str] =
+    &["memory limit", "memory quota", "memory budget", "memory resource limit", "memory allocation"];
+
+/// A memory limit said to be exceeded: `memory limit exceeded`, `Memory quota vastly exceeded`,
+/// `exceeded its memory quota`, `has exceeded memory allocation`, `exceeds the job's memory limit`
+/// (`exceed…` at most 24 bytes before the limit's name, or right after it).
+fn limit_exceeded(l: &str) -> bool {
+    LIMITS.iter().any(|name| {
+        l.match_indices(name).any(|(i, _)| {
+            let mut from = i.saturating_sub(24);
+            while !l.is_char_boundary(from) {
+                from -= 1;
+            }
+            let after = l[i + name.len()..].trim_start_matches([' ', ':', ')', '(']);
+            has(&l[from..i], "exceed")
+                || after.starts_with("exceeded")
+                || after.starts_with("vastly exceeded")
+        })
+    })
+}
+
+/// Host memory said to have run out, or a process said to be killed for memory, in words no
+/// specific rule names.
+const HOST_RAN_OUT: &[&str] = &[
+    "memory limit reached",
+    "reached its memory limit",
+    "killed due to memory",
+    "killed due to high memory",
+    "killed due to excessive memory",
+    "killed because of memory",
+    "killed for exceeding memory",
+    "killed for using too much memory",
+    "terminated due to memory",
+    "terminated due to high memory",
+    "terminated due to excessive memory",
+    "killed (out of memory)",
+    "killed: out of memory",
+    "killed (oom)",
+    "oom killed",
+    "oom-killed",
+    "oom_killed",
+    "killed by oom",
+    "killed by the oom",
+    "ran out of ram",
+    "out of system memory",
+    "ran out of system memory",
+    "out of host memory",
+    "host memory exhausted",
+    "system memory exhausted",
+    "insufficient system memory",
+    "not enough system memory",
+    "not enough ram",
+];
+
+/// Words that make a memory line the device's (a GPU's memory, not the host's).
+const DEVICE_WORDS: &[&str] = &[
+    "gpu",
+    "cuda",
+    "cudnn",
+    "resource_exhausted",
+    "vram",
+    "device memory",
+    "hbm",
+    "video memory",
+    "vulkan",
+    "opencl",
+    "metal",
+];
+
+/// Words of a line that only speaks of a failure: advice, a condition, a question, a warning.
+const ONLY_SPEAKS: &[&str] = &[
+    "if ", "whether", "to avoid", "avoid ", "prevent", "consider", "may ", "might ", "could ", "warning",
+    "e.g.",
+];
+
+/// Host memory or a memory limit said to have run out (`Memory quota exceeded`, `killed due to
+/// memory pressure`, `out of host memory`), with no device word and no advice on the line. `l` is
+/// the line in lower case.
+pub fn host_limit_exceeded(l: &str) -> bool {
+    (HOST_RAN_OUT.iter().any(|w| has(l, w)) || limit_exceeded(l))
+        && !DEVICE_WORDS.iter().any(|w| has(l, w))
+        && !ONLY_SPEAKS.iter().any(|w| has(l, w))
+}
+
+/// A memory failure's words, in compact form (lower case, no spaces).
+const FAILED: &[&str] = &[
+    "outofmemory",
+    "outofdevicememory",
+    "notenoughmemory",
+    "notenoughdevicememory",
+    "insufficientmemory",
+    "insufficientdevicememory",
+    "memoryexhausted",
+    "memoryisexhausted",
+    "failedtoallocate",
+    "unabletoallocate",
+    "cannotallocate",
+    "can'tallocate",
+    "couldnotallocate",
+    "couldn'tallocate",
+    "allocationfailed",
+    "allocationfailure",
+    "allocationerror",
+    "ranoutofmemory",
+    "memoryoverflow",
+    "memoryisoverflow",
+];
+
+/// A device's words, in compact form.
+const DEVICE: &[&str] = &[
+    "gpu",
+    "cuda",
+    "vram",
+    "devicememory",
+    "ondevice",
+    "hbm",
+    "videomemory",
+    "graphicsmemory",
+    "vulkan",
+    "opencl",
+    "rocm",
+    "xpu",
+    "npu",
+];
+
+/// Words that make an allocation the host's (pinned or CPU buffers), or a line a fallback,
+/// a retry or advice, in compact form.
+const NOT_DEVICE_FAILURE: &[&str] = &[
+    "host",
+    "pinned",
+    "cpu",
+    "fallingback",
+    "fallback",
+    "fallsback",
+    "retry",
+    "retrying",
+    "willuse",
+    "insteadof",
+    "warning",
+    "skipping",
+    "ifyou",
+    "toavoid",
+    "avoid",
+    "prevent",
+    "consider",
+    "whether",
+];
+
+/// A memory failure's words together with a device's on one line (`failed to allocate 2.1 GiB on
+/// device`, `GPU allocation failed`, `not enough device memory`), unless the allocation is the
+/// host's or the line falls back, retries or advises. `c` is the compact line.
+pub fn device_memory_failed(c: &str) -> bool {
+    FAILED.iter().any(|w| has(c, w))
+        && DEVICE.iter().any(|w| has(c, w))
+        && !NOT_DEVICE_FAILURE.iter().any(|w| has(c, w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigkill_in_other_words() {
+        for l in [
+            "mpirun noticed that process rank 7 with pid 0 on node h exited on signal 9 (killed).",
+            "=   killed by signal: 9 (killed)",
+            "nvcc error   : 'cudafe++' died due to signal 9 (kill signal)",
+            "process 'forkpoolworker-31' pid:90 exited with 'signal 9 (sigkill)'",
+            "process 0 exit with status code 137.",
+            "failed: [code=137] obj/foo.o",
+            "the job finished with exit code 137",
+            "subprocess returned -9",
+            "worker exited, returncode=-9",
+            "error: task failed (status 137)",
+            "--- sigchld {si_signo=sigchld, si_code=cld_killed, si_status=sigkill} ---",
+        ] {
+            assert!(killed_by_sigkill(l), "{l}");
+        }
+        for l in [
+            "exitcode:137,",
+            "run `kill -9 <pid>` to stop it",
+            "worker timeout (pid:12), sending sigkill",
+            "slurmstepd: error: *** job 12 cancelled at 2024-01-01 due to time limit *** sigkill",
+            "exit code 1370",
+            "exit code 137.5",
+            "epoch 137 loss 0.2",
+            "signal 91 received",
+            "if the process gets sigkill, raise the limit",
+            "processed 9 samples, status ok",
+        ] {
+            assert!(!killed_by_sigkill(l), "{l}");
+        }
+    }
+
+    #[test]
+    fn host_limit_in_other_words() {
+        for l in [
+            "heroku[worker.1]: error r15 (memory quota vastly exceeded)",
+            "job exceeded a memory resource limit (vmem, pvmem, etc.). job was aborted",
+            "message from debugger: terminated due to memory issue",
+            "task was killed due to memory pressure",
+            "error: out of host memory",
+            "job 124452549 has exceeded memory allocation",
+            "the step exceeds the job's memory limit",
+            "app[web.1]: process exceeded its memory quota, stopping",
+        ] {
+            assert!(host_limit_exceeded(l), "{l}");
+        }
+        for l in [
+            "gpu memory limit exceeded",
+            "if the memory limit exceeded, the pod is restarted",
+            "warning: memory budget exceeded, spilling to disk",
+            "to avoid being killed due to memory, lower the batch",
+            "memory limit: 16gi (not exceeded)",
+            "memory allocation: 16 gib",
+            "überschritten: ein sehr langer präfix memory limit",
+        ] {
+            assert!(!host_limit_exceeded(l), "{l}");
+        }
+    }
+
+    #[test]
+    fn device_failure_in_other_words() {
+        for c in [
+            "error:failedtoallocate2.10gibondevice0",
+            "fatal:gpuallocationfailed(size=536870912)",
+            "notenoughdevicememorytorunthisgraph",
+            "e:vramexhausted:memoryexhausted",
+        ] {
+            assert!(device_memory_failed(c), "{c}");
+        }
+        for c in [
+            "failedtoallocatepinnedhostmemory,fallingbacktopageable",
+            "gpuoutofmemory,retryingwithsmallerbatch",
+            "toavoidrunningoutofgpumemory,setmax_split_size_mb",
+            "failedtoallocate64mbofcpumemory",
+            "cudaavailable:true",
+        ] {
+            assert!(!device_memory_failed(c), "{c}");
+        }
+    }
+}
