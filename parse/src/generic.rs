@@ -25,7 +25,8 @@ use super::text::has;
 
 /// Words of a kill that is not the memory's, or of a line that is not a report: a command
 /// typed or documented (`kill -9`, `pkill`), a supervisor's own kill (a timeout, a time limit, a
-/// cancellation, preemption, SIGTERM first), an interrupt, a condition or advice.
+/// cancellation, preemption, SIGTERM first), an interrupt, a signal handler being set up, a
+/// condition, advice or an explanation (`exit code 137 means …`).
 const NOT_MEMORY_KILL: &[&str] = &[
     "kill -9",
     "kill -s",
@@ -50,6 +51,8 @@ const NOT_MEMORY_KILL: &[&str] = &[
     "e.g.",
     "usage:",
     "--signal",
+    "handler",
+    "means",
 ];
 
 /// A process reported dead of SIGKILL, the OOM killer's signal, in any program's words: `signal
@@ -261,6 +264,19 @@ pub fn device_memory_failed(c: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text, any bytes around a limit's name (multi-byte characters right before it):
+        /// no panic; a status after a word that names one reads the same wherever it stands.
+        #[test]
+        fn any_text(pre in "\\PC{0,40}", post in "\\PC{0,40}") {
+            let l = format!("{pre}memory limit{post}").to_lowercase();
+            let _ = (host_limit_exceeded(&l), killed_by_sigkill(&l), device_memory_failed(&l));
+            let line = format!("{} exit code 137", pre.to_lowercase().replace(|c: char| c.is_alphanumeric(), " "));
+            prop_assert!(killed_by_sigkill(&line) || NOT_MEMORY_KILL.iter().any(|w| line.contains(w)), "{}", line);
+        }
+    }
 
     #[test]
     fn sigkill_in_other_words() {
@@ -290,6 +306,8 @@ mod tests {
             "signal 91 received",
             "if the process gets sigkill, raise the limit",
             "processed 9 samples, status ok",
+            "installing signal handlers for sigint, sigkill",
+            "exit code 137 means the container was killed",
         ] {
             assert!(!killed_by_sigkill(l), "{l}");
         }
