@@ -91,6 +91,7 @@ pub fn detect(c: &str) -> Option<Family> {
         || has(c, "failedwitherror2")
         || has(c, "curesulterror")
         || has(c, "enoughgpuram")
+        || has(c, "gpumem")
         || has(c, "dsttensorisnotinitialized")
         || has(c, "mambacacheblocks")
         || has(c, "gemmlaunchfailed")
@@ -592,7 +593,8 @@ fn gpu_memory_ran_out(c: &str) -> bool {
 /// worker (`ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on
 /// memory.`, older `RayOutOfMemoryError`); DuckDB's buffer manager (`Out of Memory Error: failed
 /// to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)`, `… Failed to allocate block of
-/// 2048 bytes`).
+/// 2048 bytes`); AWS ECS / Batch stopping a task's container (`OutOfMemoryError: Container killed
+/// due to memory usage`).
 const HOST_OOM_ERRORS: &[&str] = &[
     "java.lang.outofmemoryerror",
     "rayoutofmemoryerror",
@@ -600,6 +602,7 @@ const HOST_OOM_ERRORS: &[&str] = &[
     "duckdb",
     "outofmemoryerror:failedtoallocatedataofsize",
     "outofmemoryerror:failedtoallocateblockof",
+    "outofmemoryerror:containerkilled",
 ];
 
 /// The TPU compiler's account of a program that did not fit: `Total hbm usage >= 11.47G:`.
@@ -777,6 +780,23 @@ const REQUEST_BEFORE: &[&str] = &[
     "nopoolhandlesallocationofsize",
 ];
 
+/// True when the unit a size was read with, ending at `e` of compact `c`, is a lone `b` glued to
+/// a word (`2buffers`, compacted from `2 buffers`), not a unit.
+fn bare_b_in_word(c: &str, e: usize) -> bool {
+    let b = c.as_bytes();
+    e >= 2 && b[e - 1] == b'b' && b[e - 2].is_ascii_digit() && b.get(e).is_some_and(u8::is_ascii_alphabetic)
+}
+
+/// Words any program may put right before the size of a request it could not serve.
+const REQUEST_ANY: &[&str] = &[
+    "failedtoallocate",
+    "unabletoallocate",
+    "cannotallocate",
+    "couldnotallocate",
+    "can'tallocate",
+    "allocationof",
+];
+
 /// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
 /// `[metal::malloc]` tag: `Attempting to allocate N bytes which is greater than the maximum allowed
 /// buffer size of M bytes.`
@@ -818,6 +838,17 @@ pub fn extract(c: &str, f: &mut Fields) {
     for key in REQUEST_BEFORE {
         if let Some(p) = after(c, key, 0)
             && let Some((v, _)) = size_at(c, p, false).or_else(|| uint_at(c, p))
+        {
+            f.requested.get_or_insert(v);
+        }
+    }
+    // Any other program's refused request with its size and unit right after the words
+    // (`failed to allocate 2.10 GiB on device 0`): read last, when nothing above did. A bare
+    // number there is not taken (`failed to allocate 2 buffers`).
+    for key in REQUEST_ANY {
+        if let Some(p) = after(c, key, 0)
+            && let Some((v, e)) = size_at(c, p, false)
+            && !bare_b_in_word(c, e)
         {
             f.requested.get_or_insert(v);
         }

@@ -51,7 +51,8 @@ const NOT_MEMORY_KILL: &[&str] = &[
     "e.g.",
     "usage:",
     "--signal",
-    "handler",
+    "signal handler",
+    "handler for",
     "means",
 ];
 
@@ -107,22 +108,52 @@ fn coded(l: &str, value: &str, keys: &[&str]) -> bool {
 const LIMITS: &[&str] =
     &["memory limit", "memory quota", "memory budget", "memory resource limit", "memory allocation"];
 
-/// A memory limit said to be exceeded: `memory limit exceeded`, `Memory quota vastly exceeded`,
-/// `exceeded its memory quota`, `has exceeded memory allocation`, `exceeds the job's memory limit`
-/// (`exceed…` at most 24 bytes before the limit's name, or right after it).
-fn limit_exceeded(l: &str) -> bool {
-    LIMITS.iter().any(|name| {
-        l.match_indices(name).any(|(i, _)| {
-            let mut from = i.saturating_sub(24);
-            while !l.is_char_boundary(from) {
-                from -= 1;
-            }
-            let after = l[i + name.len()..].trim_start_matches([' ', ':', ')', '(']);
-            has(&l[from..i], "exceed")
-                || after.starts_with("exceeded")
-                || after.starts_with("vastly exceeded")
+/// Where a memory limit is said to be exceeded: `memory limit exceeded`, `Memory quota vastly
+/// exceeded`, `Memory limit of 512 MiB exceeded with 516 MiB used`, `exceeded its memory quota`,
+/// `killed by YARN for exceeding memory limits`, `exceeds the job's memory limit` (`exceed…` at
+/// most 24 bytes before the limit's name, or `exceeded` at most 24 after it and not negated).
+fn limit_exceeded(l: &str) -> Option<usize> {
+    LIMITS.iter().find_map(|name| {
+        l.match_indices(name).find_map(|(i, _)| {
+            let from = floor_boundary(l, i.saturating_sub(24));
+            let end = floor_boundary(l, (i + name.len() + 24).min(l.len()));
+            let after = &l[i + name.len()..end];
+            let said_after = after.find("exceeded").is_some_and(|k| {
+                let before = after[..k].trim_end();
+                !before.ends_with("not") && !before.ends_with("never")
+            });
+            l[from..i].find("exceed").map(|k| from + k).or(said_after.then_some(i))
         })
     })
+}
+
+/// The largest char boundary of `s` at or before `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Where a process or job is said to be stopped for its memory: a stop (`killed`, `terminated`,
+/// `held`, `evicted`, …) and `due to` its memory use on one line (HTCondor's `put on hold by
+/// SYSTEM_PERIODIC_HOLD due to memory usage`, `Container killed due to memory usage`).
+fn stopped_for_memory(l: &str) -> Option<usize> {
+    const DUE: &[&str] = &[
+        "due to memory usage",
+        "due to memory pressure",
+        "due to high memory",
+        "due to excessive memory",
+        "due to exceeding memory",
+        "due to memory limit",
+        "due to insufficient memory",
+        "due to out of memory",
+        "due to oom",
+    ];
+    const STOPS: &[&str] =
+        &["kill", "terminat", "hold", "held", "evict", "stopp", "abort", "restart", "preempt"];
+    let at = DUE.iter().filter_map(|w| l.find(w)).min()?;
+    STOPS.iter().any(|w| has(&l[..at], w)).then_some(at)
 }
 
 /// Host memory said to have run out, or a process said to be killed for memory, in words no
@@ -156,6 +187,15 @@ const HOST_RAN_OUT: &[&str] = &[
     "insufficient system memory",
     "not enough system memory",
     "not enough ram",
+    "heap out of memory",
+    "system running out of memory",
+    "system ran out of memory",
+    "system is out of memory",
+    "system is running out of memory",
+    "machine ran out of memory",
+    "machine is out of memory",
+    "node ran out of memory",
+    "node is out of memory",
 ];
 
 /// Words that make a memory line the device's (a GPU's memory, not the host's).
@@ -180,12 +220,17 @@ const ONLY_SPEAKS: &[&str] = &[
 ];
 
 /// Host memory or a memory limit said to have run out (`Memory quota exceeded`, `killed due to
-/// memory pressure`, `out of host memory`), with no device word and no advice on the line. `l` is
-/// the line in lower case.
+/// memory pressure`, `out of host memory`, `JavaScript heap out of memory`), with no device word
+/// on the line and no advice or condition before the words. `l` is the line in lower case.
 pub fn host_limit_exceeded(l: &str) -> bool {
-    (HOST_RAN_OUT.iter().any(|w| has(l, w)) || limit_exceeded(l))
-        && !DEVICE_WORDS.iter().any(|w| has(l, w))
-        && !ONLY_SPEAKS.iter().any(|w| has(l, w))
+    let at = HOST_RAN_OUT.iter().filter_map(|w| l.find(w)).min();
+    let Some(at) = [at, limit_exceeded(l), stopped_for_memory(l)].into_iter().flatten().min() else {
+        return false;
+    };
+    // Advice or a condition before the report makes it one (`If the memory limit is exceeded, …`);
+    // after it, it is the report's own advice (`… exceeded with 516 MiB used. Consider
+    // increasing the memory limit`).
+    !DEVICE_WORDS.iter().any(|w| has(l, w)) && !ONLY_SPEAKS.iter().any(|w| has(&l[..at], w))
 }
 
 /// A memory failure's words, in compact form (lower case, no spaces).
@@ -206,6 +251,9 @@ const FAILED: &[&str] = &[
     "couldn'tallocate",
     "allocationfailed",
     "allocationfailure",
+    "allocation_failure",
+    "failedtocudamalloc",
+    "notenoughgpumem",
     "allocationerror",
     "ranoutofmemory",
     "memoryoverflow",
@@ -227,6 +275,8 @@ const DEVICE: &[&str] = &[
     "rocm",
     "xpu",
     "npu",
+    "metal",
+    "mtl",
 ];
 
 /// Words that make an allocation the host's (pinned or CPU buffers), or a line a fallback,
@@ -324,6 +374,11 @@ mod tests {
             "job 124452549 has exceeded memory allocation",
             "the step exceeds the job's memory limit",
             "app[web.1]: process exceeded its memory quota, stopping",
+            "memory limit of 512 mib exceeded with 516 mib used. consider increasing the memory limit",
+            "lost executor 9: container killed by yarn for exceeding memory limits. consider boosting x",
+            "1050981.0 dbrown 11/7 23:48 job in status 2 put on hold by system_periodic_hold due to memory usage 3000000.",
+            "fatal error: reached heap limit allocation failed - javascript heap out of memory",
+            "memoryerror: engine process terminated. this is most likely due to system running out of memory.",
         ] {
             assert!(host_limit_exceeded(l), "{l}");
         }
@@ -333,6 +388,8 @@ mod tests {
             "warning: memory budget exceeded, spilling to disk",
             "to avoid being killed due to memory, lower the batch",
             "memory limit: 16gi (not exceeded)",
+            "if the memory limit of the pod is exceeded, it restarts",
+            "memory usage is high due to memory usage of the cache",
             "memory allocation: 16 gib",
             "überschritten: ein sehr langer präfix memory limit",
         ] {

@@ -70,7 +70,7 @@ pub struct HostSymptom {
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
     /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`, `mpi`, `heroku`,
-    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `other`.
+    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `go`, `other`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -269,6 +269,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // strace watching a child the kernel killed: `--- SIGCHLD {si_signo=SIGCHLD,
     // si_code=CLD_KILLED, si_pid=3840555, …, si_status=SIGKILL, …} ---`.
     (&["si_code=cld_killed", "si_status=sigkill"], HostEvidence::Sigkill, "strace"),
+    // Go's runtime could not get memory from the system: `fatal error: runtime: out of memory`
+    // (with `runtime.(*mheap).sysAlloc` frames after it).
+    (&["fatal error: runtime: out of memory"], HostEvidence::Allocation, "go"),
 ];
 
 /// The symptom in `body` (a line with its logger prefixes stripped), if any.
@@ -494,6 +497,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if has(&l, "killing subprocess") {
         return sym(Launcher, "launcher", None);
+    }
+    // A program's own fatal error with nothing but the words (Go's runtime on Windows, C tools):
+    // `fatal error: out of memory` — a device's failure names the device.
+    if l == "fatal error: out of memory" || l == "fatal: out of memory" {
+        return sym(Allocation, GENERIC, None);
     }
     // Words no rule above names, read by what such reports have in common (`generic.rs`).
     if generic::host_limit_exceeded(&l) {

@@ -830,11 +830,17 @@ fn unknown_programs_by_their_common_words() {
     );
     // With a program's own report of the same death, the event keeps the program's name.
     assert_eq!(found(&["Command terminated by signal 9", "Exit code 137"]), [("host_oom_kill", "shell", 1)]);
-    // A device allocation refused in a runtime's own words.
+    // A device allocation refused in a runtime's own words, and the size it asked for (a bare
+    // number there is not a size).
+    let device = parse_all(["[svc] fatal: failed to allocate 2.10 GiB on device 0 (HBM)"]);
     assert_eq!(
-        found(&["[svc] fatal: failed to allocate 2.10 GiB on device 0 (HBM)"]),
-        [("cuda_oom", "other", 1)]
+        device.iter().map(|e| (e.kind.as_str(), e.framework)).collect::<Vec<_>>(),
+        [("cuda_oom", "other")]
     );
+    assert_eq!(device[0].fields.requested, Some(21 * GIB / 10));
+    let buffers = parse_all(["fatal: failed to allocate 2 buffers on the GPU"]);
+    assert_eq!(buffers.len(), 1);
+    assert_eq!(buffers[0].fields.requested, None);
     // Not failures: a logger's warning, a retry, advice, a command, a timeout's kill, a dump's field.
     for quiet in [
         "[W906 15:02:06.204334026 Allocator.cpp:39] memory allocation failed with OOM on device 0",

@@ -714,7 +714,7 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
         } else {
             format!(
                 "the memory in use and free at the failure: {}'s full error with its memory report, or the agent's NVML samples of the process and the GPU",
-                if f.framework == "cuda" { "the program" } else { f.framework.as_str() }
+                if f.framework == "cuda" || f.framework == "other" { "the program" } else { f.framework.as_str() }
             )
         });
     }
