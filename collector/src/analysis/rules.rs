@@ -1441,6 +1441,9 @@ mod tests {
         // allocator summary for PyTorch, the framework's error and NVML for the others.
         assert!(a.decide.iter().any(|d| d.contains("PyTorch's full OOM message")), "{:?}", a.decide);
         assert!(a.decide.iter().any(|d| d.contains("record_history")), "{:?}", a.decide);
+        // A program no rule names (framework `other`) is not called by that word.
+        let other = attribute(&feat(EventEvidence { framework: "other".into(), ..bare.clone() }));
+        assert!(other.decide.iter().any(|d| d.contains("the program's full error")), "{:?}", other.decide);
         let cubecl = attribute(&feat(EventEvidence { framework: "cubecl".into(), ..bare.clone() }));
         assert!(cubecl.decide.iter().any(|d| d.contains("cubecl's full error")), "{:?}", cubecl.decide);
         assert!(
