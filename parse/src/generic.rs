@@ -74,7 +74,7 @@ pub fn killed_by_sigkill(l: &str) -> bool {
 
 /// Words after which a number is a process's exit status.
 const STATUS_WORDS: &[&str] =
-    &["code", "status", "rc", "returned", "exitcode", "exit_code", "returncode", "exit"];
+    &["code", "status", "rc", "returned", "exitcode", "exit_code", "returncode", "exit", "exitfailure"];
 
 /// True when `value` stands in `l` as a number of its own (no digit or letter glued to either
 /// side) right after one of `keys` and a separator: a space, `=`, `(`, `[`, or `: ` — not a bare
@@ -196,6 +196,7 @@ const HOST_RAN_OUT: &[&str] = &[
     "machine is out of memory",
     "node ran out of memory",
     "node is out of memory",
+    "system out of memory",
 ];
 
 /// Words that make a memory line the device's (a GPU's memory, not the host's).
@@ -215,7 +216,18 @@ const DEVICE_WORDS: &[&str] = &[
 
 /// Words of a line that only speaks of a failure: advice, a condition, a question, a warning.
 const ONLY_SPEAKS: &[&str] = &[
-    "if ", "whether", "to avoid", "avoid ", "prevent", "consider", "may ", "might ", "could ", "warning",
+    "if ",
+    "whether",
+    "to avoid",
+    "avoid ",
+    "prevent",
+    "consider",
+    "may ",
+    "might ",
+    "could be",
+    "could cause",
+    "could lead",
+    "warning",
     "e.g.",
 ];
 
@@ -231,6 +243,87 @@ pub fn host_limit_exceeded(l: &str) -> bool {
     // after it, it is the report's own advice (`… exceeded with 516 MiB used. Consider
     // increasing the memory limit`).
     !DEVICE_WORDS.iter().any(|w| has(l, w)) && !ONLY_SPEAKS.iter().any(|w| has(&l[..at], w))
+}
+
+/// A host allocation's failure in words that name the host's side: the C library's `ENOMEM`
+/// (`Cannot allocate memory`), `malloc`, the heap's own allocators (tcmalloc's `(new failed)`,
+/// Erlang's `eheap_alloc`), Windows' `ERROR_NOT_ENOUGH_MEMORY` and virtual-memory quota, .NET's
+/// `OutOfMemoryException`, R's `cannot allocate vector`, PostgreSQL's `Failed on request of size`.
+/// (A bare `out of memory` or `allocation failed` names no side: on a GPU node it is as often the
+/// device's, so it is not read here.)
+const HOST_ALLOC: &[&str] = &[
+    "cannot allocate memory",
+    "malloc of size",
+    "malloc failed",
+    "malloc() failed",
+    "outofmemoryexception",
+    "not enough memory resources",
+    "not enough virtual memory",
+    "out of virtual memory",
+    "virtual memory exhausted",
+    "failed on request of size",
+    "run out of ram",
+    "cannot allocate vector of size",
+    "bytes of memory (of type",
+    "tcmalloc: allocation failed",
+    "(new failed)",
+    "outofmemoryerror()",
+    "not enough memory to complete",
+];
+
+/// Words of a line that goes on after the refusal: it falls back, retries, skips or does without.
+const GOES_ON: &[&str] = &[
+    "fall back",
+    "falling back",
+    "fallback",
+    "retry",
+    "retrying",
+    "instead",
+    "skipping",
+    "will use",
+    "disabled",
+];
+
+/// A logger's debug, info or warning level written in a line whose prefix the parser does not
+/// know (syslog's `postgres[1658715]: … DEBUG:  mmap(…) failed`, `level=info`): not a failure.
+const QUIET_LEVELS: &[&str] = &[
+    "debug:",
+    "info:",
+    "notice:",
+    "warning:",
+    "warn:",
+    "[debug]",
+    "[info]",
+    "[warn",
+    "level=debug",
+    "level=info",
+    "level=warn",
+];
+
+/// True when a quiet level is written before `at` in `l`.
+fn quiet_before(l: &str, at: usize) -> bool {
+    QUIET_LEVELS.iter().any(|w| has(&l[..at], w))
+}
+
+/// A host allocation refused in words that name the host's side ([`HOST_ALLOC`]) and no rule
+/// names (`Out of memory: malloc of size 262144 failed`, `System.OutOfMemoryException`,
+/// `eheap_alloc: Cannot allocate 2280657000 bytes of memory (of type "heap")`, `[WinError 8] Not
+/// enough memory resources are available`), with no device word, no advice or condition before
+/// the words, and no fallback or retry. `l` is the line in lower case. (A line read this way
+/// while or right after a GPU failure is that failure's echo: `LogParser` folds it in.)
+pub fn host_allocation_failed(l: &str) -> bool {
+    let Some(at) = HOST_ALLOC.iter().filter_map(|w| l.find(w)).min() else {
+        return false;
+    };
+    !DEVICE_WORDS.iter().any(|w| has(l, w))
+        && !quiet_before(l, at)
+        && !["device", "nvenc", "nvdec", "d3d", "directx", "opengl", "webgl", "texture"]
+            .iter()
+            .any(|w| has(l, w))
+        && !ONLY_SPEAKS.iter().any(|w| has(&l[..at], w))
+        && !l[..at].split(|c: char| !c.is_alphanumeric()).any(|w| w == "no" || w == "without")
+        && !["avoid", "prevent", "handle", "catch"].iter().any(|w| has(&l[..at], w))
+        && !GOES_ON.iter().any(|w| has(l, w))
 }
 
 /// A memory failure's words, in compact form (lower case, no spaces).
@@ -254,6 +347,9 @@ const FAILED: &[&str] = &[
     "allocation_failure",
     "failedtocudamalloc",
     "notenoughgpumem",
+    "notenoughgpuram",
+    "outofvideomemory",
+    "out_of_memory",
     "allocationerror",
     "ranoutofmemory",
     "memoryoverflow",
@@ -277,6 +373,7 @@ const DEVICE: &[&str] = &[
     "npu",
     "metal",
     "mtl",
+    "gl_",
 ];
 
 /// Words that make an allocation the host's (pinned or CPU buffers), or a line a fallback,
@@ -340,6 +437,7 @@ mod tests {
             "the job finished with exit code 137",
             "subprocess returned -9",
             "worker exited, returncode=-9",
+            "process exited with code: exitfailure (-9) (this may indicate out of memory)",
             "error: task failed (status 137)",
             "--- sigchld {si_signo=sigchld, si_code=cld_killed, si_status=sigkill} ---",
         ] {
@@ -367,6 +465,7 @@ mod tests {
     fn host_limit_in_other_words() {
         for l in [
             "heroku[worker.1]: error r15 (memory quota vastly exceeded)",
+            "07-14 12:31:55.677 29475 29542 d unity   : could not allocate memory: system out of memory!",
             "job exceeded a memory resource limit (vmem, pvmem, etc.). job was aborted",
             "message from debugger: terminated due to memory issue",
             "task was killed due to memory pressure",
@@ -387,6 +486,7 @@ mod tests {
             "if the memory limit exceeded, the pod is restarted",
             "warning: memory budget exceeded, spilling to disk",
             "to avoid being killed due to memory, lower the batch",
+            "this could cause the job to be killed due to memory",
             "memory limit: 16gi (not exceeded)",
             "if the memory limit of the pod is exceeded, it restarts",
             "memory usage is high due to memory usage of the cache",
@@ -398,12 +498,46 @@ mod tests {
     }
 
     #[test]
+    fn host_allocation_in_other_words() {
+        for l in [
+            "arrow/result.cc:28: valueordie called on an error: out of memory: malloc of size 262144 failed",
+            "system.outofmemoryexception: exception of type 'system.outofmemoryexception' was thrown.",
+            "eheap_alloc: cannot allocate 2280657000 bytes of memory (of type \"heap\").",
+            "oserror: [winerror 8] not enough memory resources are available to process this command",
+            "detail:  failed on request of size 16 in memory context \"toptransactioncontext\".",
+            "error: cannot allocate vector of size 38.6 gb",
+            "tcmalloc_policy.h:100] unable to allocate (new failed) 12884901888 @ 0x6441fc8",
+            "oserror: [errno 12] cannot allocate memory",
+            "error: outofmemoryerror()",
+            "pkg: there is not enough memory to complete the requested operation.  at least",
+        ] {
+            assert!(host_allocation_failed(l), "{l}");
+        }
+        for l in [
+            "out of memory",
+            "error: out of memory",
+            "out of memory errors: 0",
+            "failed to allocate 7.63",
+            "warning: malloc failed, retrying with a smaller buffer",
+            "if you see cannot allocate memory, raise vm.max_map_count",
+            "ffmpeg: hwupload: cannot allocate memory for the nvenc surface",
+            "def handle_outofmemoryexception(exc):",
+            "postgres[1658715]: 2021-06-09 debug:  mmap(150994944) with map_hugetlb failed, huge pages disabled: cannot allocate memory",
+        ] {
+            assert!(!host_allocation_failed(l), "{l}");
+        }
+    }
+
+    #[test]
     fn device_failure_in_other_words() {
         for c in [
             "error:failedtoallocate2.10gibondevice0",
             "fatal:gpuallocationfailed(size=536870912)",
             "notenoughdevicememorytorunthisgraph",
             "e:vramexhausted:memoryexhausted",
+            "outofvideomemorytryingtoallocateatexture!makesureyourvideocardhastheminimumrequiredmemory",
+            "[.webgl-000000000e0267c0]gl_out_of_memory:errorallocatingtexture2d.",
+            "notenoughgpuramfree(3686mbfree,needatleast4122mb)",
         ] {
             assert!(device_memory_failed(c), "{c}");
         }

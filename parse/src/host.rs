@@ -70,7 +70,7 @@ pub struct HostSymptom {
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
     /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`, `mpi`, `heroku`,
-    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `go`, `other`.
+    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `go`, `matlab`, `other`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -144,6 +144,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["java.lang.outofmemoryerror", "heap space"], HostEvidence::Allocation, "java"),
     (&["java.lang.outofmemoryerror", "gc overhead limit"], HostEvidence::Allocation, "java"),
     (&["java.lang.outofmemoryerror", "direct buffer memory"], HostEvidence::Allocation, "java"),
+    // Android's runtime (ART): `java.lang.OutOfMemoryError: Failed to allocate a 9216012 byte
+    // allocation with 8745148 free bytes and 8MB until OOM`; and any other JVM heap's refusal.
+    (&["java.lang.outofmemoryerror"], HostEvidence::Allocation, "java"),
     // ENOMEM: `OSError: [Errno 12] Cannot allocate memory` (fork or mmap refused), `Cannot
     // allocate memory (12)`, PaddlePaddle's `posix_memalign(…) == 0 (12 vs. 0)` and `Fail to alloc
     // memory of 564023296 size, error code is 12.`
@@ -269,6 +272,10 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // strace watching a child the kernel killed: `--- SIGCHLD {si_signo=SIGCHLD,
     // si_code=CLD_KILLED, si_pid=3840555, …, si_status=SIGKILL, …} ---`.
     (&["si_code=cld_killed", "si_status=sigkill"], HostEvidence::Sigkill, "strace"),
+    // MATLAB: `Out of memory. Type HELP MEMORY for your options.`, newer `Out of memory. For more
+    // information, see Resolve "Out of Memory" Errors.`
+    (&["out of memory. type help memory"], HostEvidence::Allocation, "matlab"),
+    (&["out of memory. for more information, see resolve"], HostEvidence::Allocation, "matlab"),
     // Go's runtime could not get memory from the system: `fatal error: runtime: out of memory`
     // (with `runtime.(*mheap).sysAlloc` frames after it).
     (&["fatal error: runtime: out of memory"], HostEvidence::Allocation, "go"),
@@ -319,6 +326,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || has(&l, "resource limits")
         || has(&l, "exit code: 9")
         || has(&l, "allocate data of size")
+        || has(&l, "allocat")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -509,6 +517,9 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     }
     if generic::killed_by_sigkill(&l) {
         return sym(Sigkill, GENERIC, None);
+    }
+    if generic::host_allocation_failed(&l) {
+        return sym(Allocation, GENERIC, None);
     }
     None
 }

@@ -604,6 +604,15 @@ fn quiet_level(o: &Origin) -> bool {
     matches!(o.level, Some(b'D' | b'I' | b'W'))
 }
 
+/// True when `line` may be the tail of a terminal's wrap of `head` (both without their
+/// prefixes): it is indented deeper than the head (` with signal 9 -> abort job`), or its first
+/// word begins in lower case — not a line its logger began as it began the head (a stamp, a
+/// bracket, a capital). Asked only of a line that already reads as a failure on its own words.
+fn looks_like_tail(head: &str, line: &str) -> bool {
+    let indent = |s: &str| s.len() - s.trim_start().len();
+    indent(line) > indent(head) || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase())
+}
+
 /// Python's traceback header.
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
@@ -945,6 +954,7 @@ impl LogParser {
         let wrapped = match (generic_only, head) {
             (true, Some((number, head_raw, head_c, head_origin)))
                 if head_origin.compatible(&origin)
+                    && (family.is_none() || looks_like_tail(prefix::strip(&head_raw).0, body))
                     && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(&head_c, &c)) =>
             {
                 // A device failure's words, else a host symptom's (matched on the line as it was
@@ -1337,13 +1347,21 @@ impl LogParser {
                     || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
                         && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
         });
-        // A device failure in a program's own words only (framework `other`, no numbers) while
-        // or right after a known failure of the same stream is that failure's explanation
+        // A failure in a program's own words only (framework `other`: a device failure without
+        // numbers, a host allocation refused) while or right after a known GPU failure of the same
+        // stream is that failure's explanation
         // (RELION's `You ran out of memory on the GPU(s).`, ComfyUI's `This error means you ran
         // out of memory on your GPU.`), not a second failure.
-        let explains = kind == OomKind::CudaOom
-            && framework == "other"
-            && !numbered
+        let echo_words = match kind {
+            OomKind::CudaOom => framework == "other" && !numbered,
+            // A host allocation refused in a runtime's words only (`ERROR: out of memory`) after a
+            // GPU failure is that failure's echo.
+            OomKind::HostOomKill => {
+                framework == host::GENERIC && host_evidence == Some(HostEvidence::Allocation)
+            }
+            _ => false,
+        };
+        let explains = echo_words
             && (self.pending.iter().any(|q| q.family != Family::Host && q.origin.compatible(&p.origin))
                 || self.recent.iter().any(|r| {
                     !r.host
