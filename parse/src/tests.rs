@@ -862,6 +862,29 @@ fn unknown_programs_by_their_common_words() {
         "You ran out of memory on the GPU(s).",
     ];
     assert_eq!(found(&relion).len(), 1);
+    // A runtime's host allocation refused, in words that name the host's side; after a GPU
+    // failure the same words are its echo (an encoder's `Cannot allocate memory` after the
+    // driver's refusal), not a host failure of their own.
+    assert_eq!(found(&["OSError: [Errno 12] Cannot allocate memory"]), [("host_oom_kill", "python", 1)]);
+    assert_eq!(
+        found(&["Arrow: ValueOrDie called on an error: Out of memory: malloc of size 262144 failed"]),
+        [("host_oom_kill", "other", 1)]
+    );
+    assert_eq!(
+        found(&[
+            "[h264_nvenc @ 0x55d5c8a3c340] OpenEncodeSessionEx failed: out of memory (10)",
+            "E0315 05:59:16.328900 1048 ffmpeg.go:364] Transcoder Return : Cannot allocate memory",
+        ]),
+        [("cuda_oom", "cuda", 1)]
+    );
+    // A logger's own lines each begin as it begins them: the second is not the first's wrap.
+    assert_eq!(
+        found(&[
+            "07-14 12:31:55.677 29475 29540 D Unity   : Allocation happend at: Line:113 in /Users/builduser/unity/build/Runtime/RingBufferMemoryFileData.cpp",
+            "07-14 12:31:55.677 29475 29542 D Unity   : Could not allocate memory: System out of memory!",
+        ]),
+        [("host_oom_kill", "other", 2)]
+    );
     // Ray re-raising a task's failure whose call names the GPU: a PyTorch OOM whose own message
     // the paste cut off.
     assert_eq!(
