@@ -16,6 +16,11 @@
 //!
 //! A `launcher` line is only evidence when nothing else explains the death: the log parser drops
 //! it when a failure or a traceback of the job came just before (see `LogParser`).
+//!
+//! When no rule here names a line's words, `generic.rs` reads what such reports share (framework
+//! `other`): a SIGKILL or status 137 / -9 in any phrasing (`sigkill`), a memory limit or quota
+//! exceeded or a process stopped for its memory (`explicit`), a host allocation refused in words
+//! that name the host's side (`allocation`).
 
 use super::generic;
 use super::text::has;
