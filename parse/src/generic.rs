@@ -72,6 +72,13 @@ pub fn killed_by_sigkill(l: &str) -> bool {
     said && !NOT_MEMORY_KILL.iter().any(|w| has(l, w))
 }
 
+/// Where `needle` first stands in `s`: the standard library's `find` only after the quick `has`
+/// says it is there (`find` sets up a two-way searcher each call, which costs more than the
+/// search on a log's short lines, where nearly every search misses).
+fn position(s: &str, needle: &str) -> Option<usize> {
+    if has(s, needle) { s.find(needle) } else { None }
+}
+
 /// Words after which a number is a process's exit status.
 const STATUS_WORDS: &[&str] =
     &["code", "status", "rc", "returned", "exitcode", "exit_code", "returncode", "exit", "exitfailure"];
@@ -82,26 +89,27 @@ const STATUS_WORDS: &[&str] =
 /// `OOMKilled:false` beside it), not a report.
 fn coded(l: &str, value: &str, keys: &[&str]) -> bool {
     let b = l.as_bytes();
-    l.match_indices(value).any(|(i, _)| {
-        let end = i + value.len();
-        // (`1370`, `137.5`, `137a` are other numbers.)
-        let glued = b.get(end).is_some_and(|c| {
-            c.is_ascii_alphanumeric() || (*c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit))
-        });
-        if glued {
-            return false;
-        }
-        let before = &l[..i];
-        let word = before.trim_end_matches([' ', ':', '=', '(', '[', '\'', '"']);
-        let sep = &before[word.len()..];
-        if sep.is_empty() || sep == ":" || sep.len() > 3 {
-            return false;
-        }
-        keys.iter().any(|k| {
-            word.strip_suffix(k)
-                .is_some_and(|rest| !rest.as_bytes().last().is_some_and(u8::is_ascii_alphabetic))
+    has(l, value)
+        && l.match_indices(value).any(|(i, _)| {
+            let end = i + value.len();
+            // (`1370`, `137.5`, `137a` are other numbers.)
+            let glued = b.get(end).is_some_and(|c| {
+                c.is_ascii_alphanumeric() || (*c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit))
+            });
+            if glued {
+                return false;
+            }
+            let before = &l[..i];
+            let word = before.trim_end_matches([' ', ':', '=', '(', '[', '\'', '"']);
+            let sep = &before[word.len()..];
+            if sep.is_empty() || sep == ":" || sep.len() > 3 {
+                return false;
+            }
+            keys.iter().any(|k| {
+                word.strip_suffix(k)
+                    .is_some_and(|rest| !rest.as_bytes().last().is_some_and(u8::is_ascii_alphabetic))
+            })
         })
-    })
 }
 
 /// A memory limit's names; [`limit_exceeded`] reads one with `exceed` around it.
@@ -114,15 +122,18 @@ const LIMITS: &[&str] =
 /// most 24 bytes before the limit's name, or `exceeded` at most 24 after it and not negated).
 fn limit_exceeded(l: &str) -> Option<usize> {
     LIMITS.iter().find_map(|name| {
+        if !has(l, name) {
+            return None;
+        }
         l.match_indices(name).find_map(|(i, _)| {
             let from = floor_boundary(l, i.saturating_sub(24));
             let end = floor_boundary(l, (i + name.len() + 24).min(l.len()));
             let after = &l[i + name.len()..end];
-            let said_after = after.find("exceeded").is_some_and(|k| {
+            let said_after = position(after, "exceeded").is_some_and(|k| {
                 let before = after[..k].trim_end();
                 !before.ends_with("not") && !before.ends_with("never")
             });
-            l[from..i].find("exceed").map(|k| from + k).or(said_after.then_some(i))
+            position(&l[from..i], "exceed").map(|k| from + k).or(said_after.then_some(i))
         })
     })
 }
@@ -152,7 +163,7 @@ fn stopped_for_memory(l: &str) -> Option<usize> {
     ];
     const STOPS: &[&str] =
         &["kill", "terminat", "hold", "held", "evict", "stopp", "abort", "restart", "preempt"];
-    let at = DUE.iter().filter_map(|w| l.find(w)).min()?;
+    let at = DUE.iter().filter_map(|w| position(l, w)).min()?;
     STOPS.iter().any(|w| has(&l[..at], w)).then_some(at)
 }
 
@@ -235,7 +246,7 @@ const ONLY_SPEAKS: &[&str] = &[
 /// memory pressure`, `out of host memory`, `JavaScript heap out of memory`), with no device word
 /// on the line and no advice or condition before the words. `l` is the line in lower case.
 pub fn host_limit_exceeded(l: &str) -> bool {
-    let at = HOST_RAN_OUT.iter().filter_map(|w| l.find(w)).min();
+    let at = HOST_RAN_OUT.iter().filter_map(|w| position(l, w)).min();
     let Some(at) = [at, limit_exceeded(l), stopped_for_memory(l)].into_iter().flatten().min() else {
         return false;
     };
@@ -312,7 +323,7 @@ fn quiet_before(l: &str, at: usize) -> bool {
 /// the words, and no fallback or retry. `l` is the line in lower case. (A line read this way
 /// while or right after a GPU failure is that failure's echo: `LogParser` folds it in.)
 pub fn host_allocation_failed(l: &str) -> bool {
-    let Some(at) = HOST_ALLOC.iter().filter_map(|w| l.find(w)).min() else {
+    let Some(at) = HOST_ALLOC.iter().filter_map(|w| position(l, w)).min() else {
         return false;
     };
     !DEVICE_WORDS.iter().any(|w| has(l, w))

@@ -331,7 +331,11 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || has(&l, "resource limits")
         || has(&l, "exit code: 9")
         || has(&l, "allocate data of size")
-        || has(&l, "allocat")
+        || has(&l, "allocate vector")
+        || has(&l, "malloc")
+        || has(&l, "new failed")
+        || has(&l, "request of size")
+        || has(&l, "out of ram")
         || t.contains(KILLED_ZH))
     {
         return None;
