@@ -11,13 +11,16 @@
 //!   how the kernel's OOM killer leaves a process;
 //! * [`host_limit_exceeded`]: host memory or a memory limit said in so many words to have run
 //!   out (`memory limit exceeded`, `killed due to memory`, `out of host memory`);
+//! * [`host_allocation_failed`]: a host allocation refused in words that name the host's side
+//!   (`Cannot allocate memory`, `malloc of size N failed`, `System.OutOfMemoryException`);
 //! * [`device_memory_failed`]: a memory failure's words together with a device's (`failed to
 //!   allocate … on the GPU`, `GPU allocation failed`, `not enough device memory`).
 //!
 //! Each one refuses what only looks like a failure: advice and conditions (`if you run out of
 //! memory`, `to avoid`), fallbacks and retries, commands (`kill -9`), and kills that are not the
 //! memory's (a time limit, a timeout, a cancellation, SIGTERM first). These readings run only when
-//! no specific rule claimed the line, and they are measured like every other rule: on the corpus
+//! no specific rule claimed the line (`LogParser` also ignores them on a logger's debug, info or
+//! warning line, and folds them into a GPU failure they follow), and they are measured like every other rule: on the corpus
 //! of real messages, and on the real logs of jobs that did not fail (`corpus/` `quiet-…` records),
 //! where they must stay quiet.
 

@@ -1347,15 +1347,13 @@ impl LogParser {
                     || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
                         && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
         });
-        // A failure in a program's own words only (framework `other`: a device failure without
-        // numbers, a host allocation refused) while or right after a known GPU failure of the same
-        // stream is that failure's explanation
-        // (RELION's `You ran out of memory on the GPU(s).`, ComfyUI's `This error means you ran
-        // out of memory on your GPU.`), not a second failure.
+        // A failure in a program's own words only (framework `other`) while or right after a
+        // known GPU failure of the same stream is that failure's explanation or echo, not a
+        // second failure: a device failure without numbers (RELION's `You ran out of memory on
+        // the GPU(s).`, ComfyUI's `This error means you ran out of memory on your GPU.`), a host
+        // allocation refused (an encoder's `Cannot allocate memory` after the driver's refusal).
         let echo_words = match kind {
             OomKind::CudaOom => framework == "other" && !numbered,
-            // A host allocation refused in a runtime's words only (`ERROR: out of memory`) after a
-            // GPU failure is that failure's echo.
             OomKind::HostOomKill => {
                 framework == host::GENERIC && host_evidence == Some(HostEvidence::Allocation)
             }
