@@ -83,8 +83,18 @@ fn position(s: &str, needle: &str) -> Option<usize> {
 }
 
 /// Words after which a number is a process's exit status.
-const STATUS_WORDS: &[&str] =
-    &["code", "status", "rc", "returned", "exitcode", "exit_code", "returncode", "exit", "exitfailure"];
+const STATUS_WORDS: &[&str] = &[
+    "code",
+    "status",
+    "rc",
+    "returned",
+    "exitcode",
+    "exit_code",
+    "returncode",
+    "exit",
+    "exitfailure",
+    "failed with",
+];
 
 /// True when `value` stands in `l` as a number of its own (no digit or letter glued to either
 /// side) right after one of `keys` and a separator: a space, `=`, `(`, `[`, or `: ` — not a bare
@@ -351,6 +361,10 @@ const FAILED: &[&str] = &[
     "memoryexhausted",
     "memoryisexhausted",
     "failedtoallocate",
+    "failedtoalloc",
+    "allocatefailed",
+    "allocator_failure",
+    "out_of_device_memory",
     "unabletoallocate",
     "cannotallocate",
     "can'tallocate",
@@ -388,6 +402,9 @@ const DEVICE: &[&str] = &[
     "metal",
     "mtl",
     "gl_",
+    "device_memory",
+    "nvjpeg",
+    "cumem",
 ];
 
 /// Words that make an allocation the host's (pinned or CPU buffers), or a line a fallback,
@@ -452,6 +469,7 @@ mod tests {
             "subprocess returned -9",
             "worker exited, returncode=-9",
             "process exited with code: exitfailure (-9) (this may indicate out of memory)",
+            "runtimeerror: neuronx-cc failed with -9",
             "error: task failed (status 137)",
             "--- sigchld {si_signo=sigchld, si_code=cld_killed, si_status=sigkill} ---",
         ] {
@@ -552,6 +570,10 @@ mod tests {
             "outofvideomemorytryingtoallocateatexture!makesureyourvideocardhastheminimumrequiredmemory",
             "[.webgl-000000000e0267c0]gl_out_of_memory:errorallocatingtexture2d.",
             "notenoughgpuramfree(3686mbfree,needatleast4122mb)",
+            "[tdrv:dmem_alloc]failedtoallocdevicememory:4194304",
+            "chiperror:hiperrortbd(ze_result_error_out_of_device_memory)inchipbackendlevel0.cc:1374",
+            "nvjpegerror\"5\":nvjpeg_status_allocator_failure",
+            "[hami-coreerror(pid:7allocator.c:115)]:cumemoryallocatefailedres=2",
         ] {
             assert!(device_memory_failed(c), "{c}");
         }

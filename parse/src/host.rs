@@ -75,7 +75,7 @@ pub struct HostSymptom {
     /// Who printed it: `pytorch`, `slurm`, `lsf`, `kubernetes`, `ray`, `colab`, `kaggle`, `vertex`, `cog`, `ollama`, `java`, `earlyoom`, `shell`, `torchrun`,
     /// `deepspeed`, `launcher`, `python`, `numpy`, `windows`, `tensorflow`, `systemd`, `paddle`,
     /// `compiler`, `nvcc`, `celery`, `joblib`, `datasets`, `dask`, `pbs`, `mpi`, `heroku`,
-    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `go`, `matlab`, `other`.
+    /// `streamlit`, `sagemaker`, `databricks`, `r`, `ios`, `duckdb`, `strace`, `go`, `matlab`, `triton`, `other`.
     pub framework: &'static str,
     /// The killed process, when the line names it.
     pub pid: Option<u32>,
@@ -277,6 +277,10 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     // strace watching a child the kernel killed: `--- SIGCHLD {si_signo=SIGCHLD,
     // si_code=CLD_KILLED, si_pid=3840555, …, si_status=SIGKILL, …} ---`.
     (&["si_code=cld_killed", "si_status=sigkill"], HostEvidence::Sigkill, "strace"),
+    // Triton Inference Server's Python backend could not size its region in `/dev/shm` (a
+    // container's 64 MB default): `Unable to initialize shared memory key
+    // 'triton_python_backend_shm_region_1' to requested size (67108864 bytes)`.
+    (&["unable to initialize shared memory key"], HostEvidence::Shm, "triton"),
     // MATLAB: `Out of memory. Type HELP MEMORY for your options.`, newer `Out of memory. For more
     // information, see Resolve "Out of Memory" Errors.`
     (&["out of memory. type help memory"], HostEvidence::Allocation, "matlab"),
@@ -644,6 +648,10 @@ mod tests {
             ("Killed: 9", (Sigkill, "shell", None)),
             ("cli_demo.sh: line 5: 12989 Killed", (Sigkill, "shell", Some(12989))),
             ("Memory limit exceeded (16Gi)", (Explicit, "spaces", None)),
+            (
+                "UNAVAILABLE: Internal: Unable to initialize shared memory key 'triton_python_backend_shm_region_3' to requested size (67108864 bytes).",
+                (Shm, "triton", None),
+            ),
             ("CPU Memory limit exceeded (16GB)", (Explicit, "spaces", None)),
             ("not enough memory: you tried to allocate 9437184 bytes", (Allocation, "pytorch", None)),
             (

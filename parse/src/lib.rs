@@ -605,12 +605,15 @@ fn quiet_level(o: &Origin) -> bool {
 }
 
 /// True when `line` may be the tail of a terminal's wrap of `head` (both without their
-/// prefixes): it is indented deeper than the head (` with signal 9 -> abort job`), or its first
-/// word begins in lower case — not a line its logger began as it began the head (a stamp, a
-/// bracket, a capital). Asked only of a line that already reads as a failure on its own words.
+/// prefixes): the head's own text fills a terminal's width ([`MIN_WRAP_WIDTH`]; a logger's stamp
+/// before it does not count), and the line is indented deeper than the head (` with signal 9 ->
+/// abort job`) or its first word begins in lower case — not a line its logger began as it began
+/// the head (a stamp, a bracket, a capital). Asked only of a line that already reads as a failure
+/// on its own words.
 fn looks_like_tail(head: &str, line: &str) -> bool {
     let indent = |s: &str| s.len() - s.trim_start().len();
-    indent(line) > indent(head) || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase())
+    head.trim().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
+        && (indent(line) > indent(head) || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase()))
 }
 
 /// Python's traceback header.
