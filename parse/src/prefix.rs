@@ -508,6 +508,24 @@ mod tests {
         strip(line)
     }
 
+    /// The level a logger's prefix names is kept: the parser does not let a debug, info or
+    /// warning line start a failure that only the last-resort readings see.
+    #[test]
+    fn levels() {
+        for (line, level) in [
+            ("W0501 12:00:00.123456  1234 alloc.cc:12] memory allocation failed", Some(b'W')),
+            ("[W906 15:02:06.204334026 CUDACachingAllocator.cpp:3934] memory allocation failed", Some(b'W')),
+            ("2024-05-01 12:00:00.123456: E tensorflow/core/x.cc:1] failed", Some(b'E')),
+            ("2024-05-01 12:00:00,123 - INFO - loaded", Some(b'I')),
+            ("DEBUG:root:mmap failed", Some(b'D')),
+            ("ERROR 10-11 12:27:29 engine.py:157] boom", Some(b'E')),
+            ("[2024-05-01 12:00:00,123] [WARNING] [stage3.py:12] retrying", Some(b'W')),
+            ("plain line", None),
+        ] {
+            assert_eq!(s(line).1.level, level, "{line}");
+        }
+    }
+
     #[test]
     fn nccl_prefix() {
         let (m, o) = s("node1:12345:12400 [3] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'");
