@@ -24,7 +24,7 @@
 //! of real messages, and on the real logs of jobs that did not fail (`corpus/` `quiet-…` records),
 //! where they must stay quiet.
 
-use super::text::has;
+use super::text::{find, has};
 
 /// Words of a kill that is not the memory's, or of a line that is not a report: a command
 /// typed or documented (`kill -9`, `pkill`), a supervisor's own kill (a timeout, a time limit, a
@@ -73,13 +73,6 @@ pub fn killed_by_sigkill(l: &str) -> bool {
         || coded(l, "137", STATUS_WORDS)
         || coded(l, "-9", STATUS_WORDS);
     said && !NOT_MEMORY_KILL.iter().any(|w| has(l, w))
-}
-
-/// Where `needle` first stands in `s`: the standard library's `find` only after the quick `has`
-/// says it is there (`find` sets up a two-way searcher each call, which costs more than the
-/// search on a log's short lines, where nearly every search misses).
-fn position(s: &str, needle: &str) -> Option<usize> {
-    if has(s, needle) { s.find(needle) } else { None }
 }
 
 /// Words after which a number is a process's exit status.
@@ -142,11 +135,11 @@ fn limit_exceeded(l: &str) -> Option<usize> {
             let from = floor_boundary(l, i.saturating_sub(24));
             let end = floor_boundary(l, (i + name.len() + 24).min(l.len()));
             let after = &l[i + name.len()..end];
-            let said_after = position(after, "exceeded").is_some_and(|k| {
+            let said_after = find(after, "exceeded").is_some_and(|k| {
                 let before = after[..k].trim_end();
                 !before.ends_with("not") && !before.ends_with("never")
             });
-            position(&l[from..i], "exceed").map(|k| from + k).or(said_after.then_some(i))
+            find(&l[from..i], "exceed").map(|k| from + k).or(said_after.then_some(i))
         })
     })
 }
@@ -176,7 +169,7 @@ fn stopped_for_memory(l: &str) -> Option<usize> {
     ];
     const STOPS: &[&str] =
         &["kill", "terminat", "hold", "held", "evict", "stopp", "abort", "restart", "preempt"];
-    let at = DUE.iter().filter_map(|w| position(l, w)).min()?;
+    let at = DUE.iter().filter_map(|w| find(l, w)).min()?;
     STOPS.iter().any(|w| has(&l[..at], w)).then_some(at)
 }
 
@@ -259,7 +252,7 @@ const ONLY_SPEAKS: &[&str] = &[
 /// memory pressure`, `out of host memory`, `JavaScript heap out of memory`), with no device word
 /// on the line and no advice or condition before the words. `l` is the line in lower case.
 pub fn host_limit_exceeded(l: &str) -> bool {
-    let at = HOST_RAN_OUT.iter().filter_map(|w| position(l, w)).min();
+    let at = HOST_RAN_OUT.iter().filter_map(|w| find(l, w)).min();
     let Some(at) = [at, limit_exceeded(l), stopped_for_memory(l)].into_iter().flatten().min() else {
         return false;
     };
@@ -329,6 +322,14 @@ fn quiet_before(l: &str, at: usize) -> bool {
     QUIET_LEVELS.iter().any(|w| has(&l[..at], w))
 }
 
+/// Words of a device's or a graphics API's allocation (the C library's `Cannot allocate memory`
+/// from an encoder's or a texture's set-up is the device's refusal passed on).
+const GRAPHICS_WORDS: &[&str] = &["device", "nvenc", "nvdec", "d3d", "directx", "opengl", "webgl", "texture"];
+
+/// Words before a failure's words that make the line code or a handler naming the failure
+/// (`def handle_outofmemoryexception`, `catch (OutOfMemoryException)`), not a report of one.
+const NAMES_IT: &[&str] = &["avoid", "handle", "catch"];
+
 /// A host allocation refused in words that name the host's side ([`HOST_ALLOC`]) and no rule
 /// names (`Out of memory: malloc of size 262144 failed`, `System.OutOfMemoryException`,
 /// `eheap_alloc: Cannot allocate 2280657000 bytes of memory (of type "heap")`, `[WinError 8] Not
@@ -336,17 +337,14 @@ fn quiet_before(l: &str, at: usize) -> bool {
 /// the words, and no fallback or retry. `l` is the line in lower case. (A line read this way
 /// while or right after a GPU failure is that failure's echo: `LogParser` folds it in.)
 pub fn host_allocation_failed(l: &str) -> bool {
-    let Some(at) = HOST_ALLOC.iter().filter_map(|w| position(l, w)).min() else {
+    let Some(at) = HOST_ALLOC.iter().filter_map(|w| find(l, w)).min() else {
         return false;
     };
-    !DEVICE_WORDS.iter().any(|w| has(l, w))
+    let before = &l[..at];
+    !DEVICE_WORDS.iter().chain(GRAPHICS_WORDS).any(|w| has(l, w))
         && !quiet_before(l, at)
-        && !["device", "nvenc", "nvdec", "d3d", "directx", "opengl", "webgl", "texture"]
-            .iter()
-            .any(|w| has(l, w))
-        && !ONLY_SPEAKS.iter().any(|w| has(&l[..at], w))
-        && !l[..at].split(|c: char| !c.is_alphanumeric()).any(|w| w == "no" || w == "without")
-        && !["avoid", "prevent", "handle", "catch"].iter().any(|w| has(&l[..at], w))
+        && !ONLY_SPEAKS.iter().chain(NAMES_IT).any(|w| has(before, w))
+        && !before.split(|c: char| !c.is_alphanumeric()).any(|w| w == "no" || w == "without")
         && !GOES_ON.iter().any(|w| has(l, w))
 }
 

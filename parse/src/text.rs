@@ -89,14 +89,15 @@ pub fn compact(text: &str) -> String {
     s
 }
 
+/// Index of the first occurrence of `needle` in `hay`: `str::find`, quicker when it misses.
+pub fn find(hay: &str, needle: &str) -> Option<usize> {
+    // Most searches miss, and `find` sets up a two-way searcher before it looks (`has`).
+    if has(hay, needle) { hay.find(needle) } else { None }
+}
+
 /// Index just after the first occurrence of `needle` in `hay` at or after `from`.
 pub fn after(hay: &str, needle: &str, from: usize) -> Option<usize> {
-    let hay = hay.get(from..)?;
-    // Most searches miss, and `find` sets up a two-way searcher before it looks (`has`).
-    if !has(hay, needle) {
-        return None;
-    }
-    hay.find(needle).map(|i| from + i + needle.len())
+    find(hay.get(from..)?, needle).map(|i| from + i + needle.len())
 }
 
 /// `hay.contains(needle)`, quicker when it misses. The standard library answers a needle of up to
@@ -184,6 +185,7 @@ mod tests {
                     continue;
                 }
                 proptest::prop_assert_eq!(has(&hay, &needle), hay.contains(needle.as_str()));
+                proptest::prop_assert_eq!(find(&hay, &needle), hay.find(needle.as_str()));
                 let want = hay.get(from..).and_then(|h| h.find(needle.as_str())).map(|i| from + i + needle.len());
                 proptest::prop_assert_eq!(after(&hay, &needle, from), want);
             }
