@@ -714,7 +714,7 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
         } else {
             format!(
                 "the memory in use and free at the failure: {}'s full error with its memory report, or the agent's NVML samples of the process and the GPU",
-                if f.framework == "cuda" || f.framework == "other" { "the program" } else { f.framework.as_str() }
+                program(&f.framework)
             )
         });
     }
@@ -796,18 +796,29 @@ fn secs(ms: i64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
 
+/// How the evidence names what printed a message: its framework, or "the program" when that is
+/// only the CUDA runtime's words (`cuda`), a program no rule names (`other`) or unknown.
+fn program(framework: &str) -> &str {
+    match framework {
+        "" | "cuda" | "other" => "the program",
+        named => named,
+    }
+}
+
 fn conclusion(rule: Rule, f: &OomFeatures) -> String {
     let cap = ob(f.capacity_bytes);
     match rule {
         Rule::HostOomKill => match f.host_evidence.as_str() {
             "" => "the Linux OOM killer ended the process: host RAM ran out".to_owned(),
-            "explicit" => format!("{} reports the job killed for running out of memory: host RAM ran out", f.framework),
+            "explicit" => {
+                format!("{} reports the job killed for running out of memory: host RAM ran out", program(&f.framework))
+            }
             "allocation" => "a host memory allocation was refused: host RAM ran out".to_owned(),
             "shm" => "a worker died of SIGBUS: shared memory (/dev/shm, held in host RAM) ran out".to_owned(),
             "sigkill" => "the process was killed by SIGKILL (exit status 137 / -9): on a node that is almost always the OOM killer".to_owned(),
             "exited" => format!(
                 "{} reports a worker, kernel or driver that died without saying why: most often killed for host memory (the OOM killer, or its shared memory)",
-                f.framework
+                program(&f.framework)
             ),
             _ => "a launcher killed its workers after one died without an error of its own: most often the OOM killer".to_owned(),
         },
@@ -1444,6 +1455,14 @@ mod tests {
         // A program no rule names (framework `other`) is not called by that word.
         let other = attribute(&feat(EventEvidence { framework: "other".into(), ..bare.clone() }));
         assert!(other.decide.iter().any(|d| d.contains("the program's full error")), "{:?}", other.decide);
+        let limit = EventEvidence {
+            kind: "host_oom_kill".into(),
+            framework: "other".into(),
+            host_evidence: "explicit".into(),
+            ..EventEvidence::default()
+        };
+        let a = attribute(&feat(limit));
+        assert!(a.evidence[0].contains("the program reports the job killed"), "{:?}", a.evidence);
         let cubecl = attribute(&feat(EventEvidence { framework: "cubecl".into(), ..bare.clone() }));
         assert!(cubecl.decide.iter().any(|d| d.contains("cubecl's full error")), "{:?}", cubecl.decide);
         assert!(
