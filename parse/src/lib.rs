@@ -22,6 +22,8 @@
 //!   any words, a memory limit exceeded, a device allocation refused): framework `other`, never on
 //!   a logger's debug, info or warning line, and not a second event when it only explains a
 //!   failure just reported.
+//! * `runner.rs` — test runners' lines (`tests/test_oom.py::test_sigkill PASSED`): a test's name
+//!   is never read as a failure; pytest's summary keeps its reason (`FAILED … - MemoryError`).
 //! * `kernel.rs` — kernel log lines (Xid errors, OOM-killer kills); `pci.rs` — PCI address → GPU.
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
@@ -90,9 +92,11 @@ pub mod pci;
 pub mod phase;
 pub mod prefix;
 pub mod pytorch;
+pub mod runner;
 pub mod text;
 pub mod units;
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
@@ -932,14 +936,25 @@ impl LogParser {
             self.timed_out.push_back(pid);
         }
         let mut symptom = None;
-        let family = frameworks::detect(&c)
-            .or_else(|| bfc_dump(&origin, raw, &c))
-            .or_else(|| driver_alloc(&origin, &c))
-            .or_else(|| {
-                symptom = host::detect(body)
-                    .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
-                symptom.as_ref().map(|_| Family::Host)
-            });
+        // A test runner's line is read for its failure's reason only, never for the test's name
+        // (`tests/test_oom.py::test_sigkill PASSED`).
+        let test_line = runner::reason(body);
+        let (read_body, read_c) = match test_line {
+            Some(why) => (why, Cow::Owned(text::compact(why))),
+            None => (body, Cow::Borrowed(c.as_str())),
+        };
+        let family = (!read_c.is_empty())
+            .then(|| {
+                frameworks::detect(&read_c)
+                    .or_else(|| bfc_dump(&origin, raw, &read_c))
+                    .or_else(|| driver_alloc(&origin, &read_c))
+                    .or_else(|| {
+                        symptom = host::detect(read_body)
+                            .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));
+                        symptom.as_ref().map(|_| Family::Host)
+                    })
+            })
+            .flatten();
         // A blank line between a head and its message (ComfyUI's `Error occurred when executing
         // KSampler:`, an empty line, `Allocation on device`) keeps the head.
         let head = if c.is_empty() { None } else { self.head.take() };
@@ -956,7 +971,8 @@ impl LogParser {
         };
         let wrapped = match (generic_only, head) {
             (true, Some((number, head_raw, head_c, head_origin)))
-                if head_origin.compatible(&origin)
+                if test_line.is_none()
+                    && head_origin.compatible(&origin)
                     && (family.is_none() || looks_like_tail(prefix::strip(&head_raw).0, body))
                     && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(&head_c, &c)) =>
             {
@@ -982,6 +998,7 @@ impl LogParser {
         };
         if family.is_none()
             && wrapped.is_none()
+            && test_line.is_none()
             && c.len() <= MAX_HEAD_BYTES
             && (c.ends_with(':') || may_wrap_failure(raw, &c))
         {

@@ -897,3 +897,32 @@ fn unknown_programs_by_their_common_words() {
         [("cuda_oom", "pytorch", 1)]
     );
 }
+
+/// A CI log names tests for what they test; the names are not failures. A failing test's own
+/// traceback and pytest's summary of its reason still are: one event each.
+#[test]
+fn test_names_are_not_failures() {
+    let events = |lines: &[&str]| -> Vec<(&'static str, &'static str, u64)> {
+        parse_all(lines.iter().copied()).iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect()
+    };
+    let green = [
+        "============================= test session starts ==============================",
+        "tests/test_manager.py::TestStop::test_stop_command_uses_sigterm_before_sigkill PASSED [ 30%]",
+        "tests/test_oom.py::test_cuda_out_of_memory_is_reported PASSED          [ 31%]",
+        "test_out_of_memory_retry (__main__.TestCuda.test_out_of_memory_retry) ... ok",
+        "[ RUN      ] BfcAllocatorTest.OutOfMemoryReturnsNull",
+        "[       OK ] BfcAllocatorTest.OutOfMemoryReturnsNull (0 ms)",
+        "--- PASS: TestContainerOOMKilledExitCode137 (0.02s)",
+        "test runtime::tests::exit_status_137_is_sigkill ... ok",
+    ];
+    assert!(events(&green).is_empty(), "{:?}", events(&green));
+    let red = [
+        "tests/test_train.py::test_big_batch FAILED                              [ 50%]",
+        "=================================== FAILURES ===================================",
+        "________________________________ test_big_batch ________________________________",
+        "E       torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 1.10 GiB is free.",
+        "=========================== short test summary info ============================",
+        "FAILED tests/test_data.py::test_load_all - MemoryError",
+    ];
+    assert_eq!(events(&red), [("cuda_oom", "pytorch", 4), ("host_oom_kill", "python", 6)]);
+}
