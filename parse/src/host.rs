@@ -7,7 +7,7 @@
 //! | evidence | lines (examples) |
 //! |---|---|
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B`; HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too); Heroku's `R14 (Memory quota exceeded)` / `R15 (Memory quota vastly exceeded)`; Streamlit Cloud's `has gone over its resource limits`; SageMaker's `Please use an instance type with more memory`; iOS's `Terminated due to memory issue` / `killed by the operating system because it is using too much memory`; an application's `Process killed (out of memory)` |
-//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size, error code is 12`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory`; DuckDB's `Out of Memory Error: failed to allocate data of size N (U/L used)` / `Failed to allocate block of N bytes` |
+//! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate`; `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size[, error code is 12]`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` / `Error: std::bad_alloc` / the name alone; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory`; DuckDB's `Out of Memory Error: failed to allocate data of size N (U/L used)` / `Failed to allocate block of N bytes` |
 //! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes; ninja's `FAILED: [code=137]`; strace's `SIGCHLD {… si_code=CLD_KILLED … si_status=SIGKILL}`; MPI launchers: MPICH Hydra's `KILLED BY SIGNAL: 9 (Killed)` / `=   EXIT CODE: 9`, Open MPI's `exited on signal 9 (Killed)`, MVAPICH's `MPI process (rank: …) terminated with signal 9`; Horovod's `exit with status code 137` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
@@ -162,7 +162,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["posix_memalign", "(12 vs. 0)"], HostEvidence::Allocation, "paddle"),
     (&["posix_memalign", ":12 != 0"], HostEvidence::Allocation, "paddle"),
     (&["cannot allocate memory (12)"], HostEvidence::Allocation, "python"),
-    (&["fail to alloc memory of", "error code is 12"], HostEvidence::Allocation, "paddle"),
+    // (Its GPU allocator says `Out of memory error on GPU N`: this wording is the CPU's also when
+    // a paste drops the code, as an issue's title does.)
+    (&["fail to alloc memory of", " size"], HostEvidence::Allocation, "paddle"),
     (&["arraymemoryerror"], HostEvidence::Allocation, "numpy"),
     // ThunderSVM's host buffers: `FATAL [default] out of host memory`.
     (&["[default] out of host memory"], HostEvidence::Allocation, "thundersvm"),
@@ -425,10 +427,13 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         return sym(Explicit, "spaces", None);
     }
     // A C++ program's `new` failed and nothing caught it: `terminate called after throwing an
-    // instance of 'std::bad_alloc'`, `  what():  std::bad_alloc`. (GPU allocators that throw name
+    // instance of 'std::bad_alloc'`, `  what():  std::bad_alloc`, a program's report of it
+    // (`Error: std::bad_alloc`) or the name alone. (GPU allocators that throw name
     // themselves on the same line: `std::bad_alloc: cudaErrorMemoryAllocation`, `rmm::bad_alloc`.)
     if l.ends_with("throwing an instance of 'std::bad_alloc'")
         || l.split_whitespace().eq(["what():", "std::bad_alloc"])
+        || l.trim() == "std::bad_alloc"
+        || l.trim_end().ends_with(": std::bad_alloc")
     {
         return sym(Allocation, "c++", None);
     }
@@ -862,6 +867,12 @@ mod tests {
                 (Explicit, "htcondor", None),
             ),
             ("terminate called after throwing an instance of 'std::bad_alloc'", (Allocation, "c++", None)),
+            ("std::bad_alloc", (Allocation, "c++", None)),
+            ("Error: std::bad_alloc", (Allocation, "c++", None)),
+            (
+                "ResourceExhaustedError: Fail to alloc memory of 5060694016 size.",
+                (Allocation, "paddle", None),
+            ),
             (
                 "                                            what():  std::bad_alloc",
                 (Allocation, "c++", None),
@@ -963,6 +974,7 @@ mod tests {
             "Killed: 15",
             "terminate called after throwing an instance of 'thrust::system::detail::bad_alloc'",
             "  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory",
+            "    } catch (const std::bad_alloc& e) {",
             "killedby",
             "exit code 1",
             "process exited with exit code -97",
