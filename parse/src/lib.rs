@@ -538,7 +538,7 @@ impl Traceback {
 }
 
 /// Words of a failure that a terminal's hard wrap may cut in two.
-const WRAPPED_WORDS: [&str; 12] = [
+const WRAPPED_WORDS: [&str; 13] = [
     "outofmemory",
     "triedtoallocate",
     "failedtoallocate",
@@ -546,6 +546,8 @@ const WRAPPED_WORDS: [&str; 12] = [
     "resource_exhausted",
     "cudamalloc",
     "memoryallocation",
+    // vLLM's start-up check (`… that can be stored in K` / `V cache (23648)`).
+    "storedinkvcache",
     // A host symptom's (`… driver state change (ex` / `it code: 137)`).
     "exitcode",
     "exitstatus",
