@@ -572,6 +572,43 @@ const FAILURE_WORDS: [&str; 12] = [
     "terminat",
 ];
 
+/// A line held for the next one: a head whose message may follow (see `LogParser::head`).
+#[derive(Debug)]
+struct Held {
+    /// Its number.
+    line: u64,
+    /// Its text as printed (the pieces of a line a terminal cut, joined).
+    raw: String,
+    /// Its compact form.
+    c: String,
+    /// Its prefix's origin.
+    origin: Origin,
+    /// The width of its last piece, in characters.
+    width: usize,
+}
+
+impl Held {
+    /// True when `raw` (compact `c`, of `origin`) is the next piece of the same terminal line:
+    /// the held line fills a terminal's width, this line has exactly that width (or one less, a
+    /// space at the cut trimmed), the same origin, and the pieces stay within twice a head's
+    /// bound. Only a piece that starts nothing on its own is asked.
+    fn continued_by(&self, raw: &str, c: &str, origin: &Origin) -> bool {
+        let width = raw.chars().count();
+        self.width >= MIN_WRAP_WIDTH
+            && (width == self.width || width + 1 == self.width)
+            && self.origin.compatible(origin)
+            && self.c.len() + c.len() <= 2 * MAX_HEAD_BYTES
+    }
+
+    /// The held line with the next piece appended.
+    fn extended(mut self, raw: &str, c: &str) -> Held {
+        self.raw.push_str(raw);
+        self.c.push_str(c);
+        self.width = raw.chars().count();
+        self
+    }
+}
+
 /// True when a long line (`raw`, compact `c`) may be the first part of a failure a terminal
 /// hard-wrapped: at least [`MIN_WRAP_WIDTH`] characters, and it speaks of a failure or ends inside
 /// one of [`WRAPPED_WORDS`] ([`wrapped_failure`] decides with the next line).
@@ -860,10 +897,10 @@ pub struct LogParser {
     profile: Option<(u64, String)>,
     /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
     timed_out: VecDeque<u32>,
-    /// The previous line when it started nothing and ended in a colon: a head whose message a
-    /// hard wrap moved to the next line (`…State.hs:86 (unhandled): CUDA Exception:` / `out of
-    /// memory`). Its number, raw text, compact text and origin.
-    head: Option<(u64, String, String, Origin)>,
+    /// The previous line when it started nothing and ended in a colon or may be a failure's
+    /// first part (`may_wrap_failure`): a head whose message a hard wrap moved to the next line
+    /// (`…State.hs:86 (unhandled): CUDA Exception:` / `out of memory`).
+    head: Option<Held>,
     /// The indentation of a traceback header that was indented (a paste inside a list, a log
     /// quoted with spaces): removed from the lines after it while they have it, so that its
     /// frames and exception line read as they were printed.
@@ -971,8 +1008,8 @@ impl LogParser {
         } else {
             (family, symptom)
         };
-        let wrapped = match (generic_only, head) {
-            (true, Some((number, head_raw, head_c, head_origin)))
+        let wrapped = match (generic_only, &head) {
+            (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
                     && head_origin.compatible(&origin)
                     && (family.is_none() || looks_like_tail(prefix::strip(&head_raw).0, body))
@@ -992,19 +1029,25 @@ impl LogParser {
                             .map(|s| (Family::Host, Some(s)))
                     })
                     .filter(|(f, s)| {
-                        !(quiet_level(&head_origin) && generic_reading(*f, s.as_ref(), &joined_c))
+                        !(quiet_level(head_origin) && generic_reading(*f, s.as_ref(), &joined_c))
                     })
-                    .map(|(f, s)| (f, s, number, head_raw, head_c, head_origin))
+                    .map(|(f, s)| (f, s, *number, head_raw.clone(), head_c.clone(), head_origin.clone()))
             }
             _ => None,
         };
-        if family.is_none()
-            && wrapped.is_none()
-            && test_line.is_none()
-            && c.len() <= MAX_HEAD_BYTES
-            && (c.ends_with(':') || may_wrap_failure(raw, &c))
-        {
-            self.head = Some((self.line, raw.to_owned(), c.clone(), origin.clone()));
+        let quiet = family.is_none() && wrapped.is_none() && test_line.is_none();
+        if let Some(held) = head.filter(|h| quiet && h.continued_by(raw, &c, &origin)) {
+            // The middle piece of a line a terminal cut into three or more: held with the
+            // pieces before it, for the next piece to complete.
+            self.head = Some(held.extended(raw, &c));
+        } else if quiet && c.len() <= MAX_HEAD_BYTES && (c.ends_with(':') || may_wrap_failure(raw, &c)) {
+            self.head = Some(Held {
+                line: self.line,
+                raw: raw.to_owned(),
+                c: c.clone(),
+                origin: origin.clone(),
+                width: raw.chars().count(),
+            });
         }
         if let Some((family, wrapped_symptom, number, head_raw, head_c, head_origin)) = wrapped {
             // The head and its wrapped message: one failure that starts at the head.

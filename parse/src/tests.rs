@@ -75,6 +75,26 @@ fn hard_wrapped_mid_word_and_interleaved() {
     assert_eq!(events[0].lines.len(), wrapped.len());
 }
 
+/// A line a terminal cut into three or four pieces of its width (ONNX Runtime's arena error, as
+/// `onnxruntime#20038` printed it): no two neighbouring pieces say the failure (the arena's name and
+/// `Failed to allocate memory` fall in different pieces), all of them together do; the event starts
+/// at the first piece.
+#[test]
+fn hard_wrapped_in_more_than_two_pieces() {
+    let message = r"onnx runtime error 6: Non-zero status code returned while running Mul node. Name:\'Mul_8702\' Status Message: /workspace/onnxruntime/onnxruntime/core/framework/bfc_arena.cc:368 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to allocate memory for requested buffer of size 2830172160\";
+    for width in [100, 120] {
+        let pieces = wrap(message, width);
+        assert!(pieces.len() >= 3);
+        let events = parse_all(pieces.iter().map(String::as_str));
+        let found: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+        assert_eq!(found, [("cuda_oom", "onnxruntime", 1)], "{width}");
+        if width == 100 {
+            // (At 120 columns the cut falls inside the size itself.)
+            assert_eq!(events[0].fields.requested, Some(2_830_172_160));
+        }
+    }
+}
+
 #[test]
 fn traceback_is_part_of_the_event() {
     let text = format!(
