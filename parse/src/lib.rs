@@ -38,18 +38,19 @@
 //! Output of other processes interleaved with it (other ranks, other prefixes, unrelated lines) is
 //! skipped, not swallowed. C++'s `terminate called after throwing an instance of
 //! 'c10::OutOfMemoryError'` and the `what():` message after it are one failure. So are a head
-//! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), a long line a
-//! terminal hard-wrapped (its failure words cut, or its first part already speaking of a failure:
-//! `Error while calling cudaMalloc(…) in file …/gpu` / `_data.cpp:191. … out of memory`; a host
-//! symptom's too: `… MPI process (rank: 0, pid: 39547) terminated` / ` with signal 9 -> abort job`),
-//! PyTorch 1.x's message wrapped right before its `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's
-//! lines reporting it, and a failure with numbers and its advice a few lines on without them
-//! (PaddlePaddle's `Please check whether there is any other process using GPU 0.`), and a
-//! traceback printed right after its message (old PyTorch's `THCudaCheck FAIL` before Python
-//! raises it, a UI or logger that reports the error and then its traceback) with the exception
-//! line that ends it — unless that line is another failure, whose traceback it is. A blank line
-//! between a head and its message (ComfyUI's `Error occurred when executing X:`) keeps the head.
-//! Jupyter restarting a kernel that failed on its own is not a second (host) failure.
+//! hard-wrapped before its message (`… CUDA Exception:` / `out of memory`), a long line a terminal
+//! hard-wrapped (also into three or more pieces of the terminal's width; its failure words cut, or
+//! its first part already speaking of a failure: `Error while calling cudaMalloc(…) in file …/gpu`
+//! / `_data.cpp:191. … out of memory`; a host symptom's too: `… MPI process (rank: 0, pid: 39547)
+//! terminated` / ` with signal 9 -> abort job`), PyTorch 1.x's message wrapped right before its
+//! `(GPU 0; …` clause, llama.cpp's refused CPU buffer and the engine's lines reporting it, and a
+//! failure with numbers and its advice a few lines on without them (PaddlePaddle's `Please check
+//! whether there is any other process using GPU 0.`), and a traceback printed right after its
+//! message (old PyTorch's `THCudaCheck FAIL` before Python raises it, a UI or logger that reports
+//! the error and then its traceback) with the exception line that ends it — unless that line is
+//! another failure, whose traceback it is. A blank line between a head and its message (ComfyUI's
+//! `Error occurred when executing X:`) keeps the head. Jupyter restarting a kernel that failed on
+//! its own is not a second (host) failure.
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -591,13 +592,14 @@ impl Held {
     /// True when `raw` (compact `c`, of `origin`) is the next piece of the same terminal line:
     /// the held line fills a terminal's width, this line has exactly that width (or one less, a
     /// space at the cut trimmed), the same origin, and the pieces stay within twice a head's
-    /// bound. Only a piece that starts nothing on its own is asked.
+    /// bound (compact and as printed). Only a piece that starts nothing on its own is asked.
     fn continued_by(&self, raw: &str, c: &str, origin: &Origin) -> bool {
         let width = raw.chars().count();
         self.width >= MIN_WRAP_WIDTH
             && (width == self.width || width + 1 == self.width)
             && self.origin.compatible(origin)
             && self.c.len() + c.len() <= 2 * MAX_HEAD_BYTES
+            && self.raw.len() + raw.len() <= 2 * text::MAX_LINE_BYTES
     }
 
     /// The held line with the next piece appended.
@@ -1035,12 +1037,15 @@ impl LogParser {
             }
             _ => None,
         };
-        let quiet = family.is_none() && wrapped.is_none() && test_line.is_none();
-        if let Some(held) = head.filter(|h| quiet && h.continued_by(raw, &c, &origin)) {
+        let starts_nothing = family.is_none() && wrapped.is_none() && test_line.is_none();
+        if let Some(held) = head.filter(|h| starts_nothing && h.continued_by(raw, &c, &origin)) {
             // The middle piece of a line a terminal cut into three or more: held with the
             // pieces before it, for the next piece to complete.
             self.head = Some(held.extended(raw, &c));
-        } else if quiet && c.len() <= MAX_HEAD_BYTES && (c.ends_with(':') || may_wrap_failure(raw, &c)) {
+        } else if starts_nothing
+            && c.len() <= MAX_HEAD_BYTES
+            && (c.ends_with(':') || may_wrap_failure(raw, &c))
+        {
             self.head = Some(Held {
                 line: self.line,
                 raw: raw.to_owned(),

@@ -15,6 +15,7 @@
 //! * rank prefixes `[rank3]: `, `[default3]:` (torchrun), `[1,0]<stderr>:` (mpirun), Slurm
 //!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
 //! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`);
+//! * Docker Compose's `vllm-1  | ` (the service, its replica number; the stream's key);
 //! * quote markers `> ` of a log quoted in a mail or an issue (`> > ` nested).
 //!
 //! And one suffix: the source location Python's `rich` logging handler right-aligns at the end of
@@ -173,7 +174,7 @@ fn src_file(c: &mut Cur<'_>) -> Option<String> {
 
 /// One prefix at the start of `s`: the remaining text and what it said.
 fn one(s: &str, o: &mut Origin) -> Option<usize> {
-    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 14] = [
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 15] = [
         nccl,
         glog,
         c10_bracket,
@@ -187,6 +188,7 @@ fn one(s: &str, o: &mut Origin) -> Option<usize> {
         iso,
         srun,
         pdsh,
+        compose,
         quote,
     ];
     GRAMMARS.iter().find_map(|f| {
@@ -455,6 +457,27 @@ fn pdsh(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
+/// Docker Compose's service prefix: the container's name, which ends in its replica number
+/// (`vllm-1`, v1's `app_web_1`), padded to the longest name, `| ` — the service is the stream's
+/// key. Only the one space after the bar is the prefix's: an indented frame keeps its indent.
+fn compose(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    let name = c.run(|b| is_word(b) || b == b'-' || b == b'.', 128)?;
+    let replica = name.iter().rposition(|b| !b.is_ascii_digit())?;
+    if replica + 1 == name.len() || !matches!(name[replica], b'-' | b'_') || replica == 0 {
+        return None;
+    }
+    if c.spaces() == 0 {
+        return None;
+    }
+    c.lit("|")?;
+    if c.i < s.len() {
+        c.lit(" ")?;
+    }
+    o.key = format!("svc{}", String::from_utf8_lossy(name));
+    Some(c.i)
+}
+
 /// `> ` (or a lone `>`): a quoted line. `>>> ` (Python's prompt) is three of them, which is as
 /// good: what follows is the text.
 fn quote(s: &str, _o: &mut Origin) -> Option<usize> {
@@ -589,6 +612,26 @@ mod tests {
         assert_eq!(s("  0: boom").0, "boom");
         assert_eq!(s("worker-1: [rank8]: boom").0, "boom");
         assert_eq!(s("worker-1: [rank8]: boom").1.key, "rank8");
+    }
+
+    #[test]
+    fn compose_service() {
+        let (m, o) = s("vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory");
+        assert_eq!(
+            (m, o.key.as_str(), o.level),
+            ("ValueError: No available memory", "svcvllm-1", Some(b'E'))
+        );
+        // An indented frame keeps its indent; v1's underscore names; an empty line.
+        assert_eq!(
+            s("trainer-1  |   File \"/app/train.py\", line 88, in <module>").0,
+            "  File \"/app/train.py\", line 88, in <module>"
+        );
+        assert_eq!(s("app_web_1 | Killed").0, "Killed");
+        assert_eq!(s("app_web_1 |").0, "");
+        // Not a service: no replica number, no space before the bar, a shell pipeline.
+        for line in ["echo hi | grep h", "web | boom", "web-1| boom", "-1 | boom", "1 | boom"] {
+            assert_eq!(s(line).0, line, "{line}");
+        }
     }
 
     #[test]

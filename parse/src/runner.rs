@@ -11,6 +11,8 @@
 //! runner line keeps nothing. A traceback or output a failing test printed is not a runner line
 //! and is read as usual.
 
+use super::text::has;
+
 /// Result words of pytest (verbose lines and the short summary).
 const PYTEST_RESULTS: &[&str] = &["PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"];
 
@@ -36,18 +38,22 @@ const MARKS: &[char] = &['✓', '✔', '✕', '√'];
 /// such line.
 pub fn reason(body: &str) -> Option<&str> {
     let t = body.trim();
-    let first = t.as_bytes().first()?;
-    if !(first.is_ascii_alphanumeric() || b"[-=".contains(first) || !first.is_ascii()) {
-        return None;
+    let first = *t.as_bytes().first()?;
+    // Every line is asked: each grammar is tried only when its cheapest mark is there.
+    if has(t, ".py::") {
+        if let Some(why) = pytest(t) {
+            return Some(why);
+        }
     }
-    pytest(t)
-        .or_else(|| named_dotted(t).then_some(""))
-        .or_else(|| unittest_header(t).then_some(""))
-        .or_else(|| gtest(t).then_some(""))
-        .or_else(|| GO_TEST.iter().any(|p| t.starts_with(p)).then_some(""))
-        .or_else(|| marked(t).then_some(""))
-        .or_else(|| ctest(t).then_some(""))
-        .or_else(|| surefire(t).then_some(""))
+    let named = match first {
+        b'[' => gtest(t) || surefire(t),
+        b'=' | b'-' => GO_TEST.iter().any(|p| t.starts_with(p)),
+        b'0'..=b'9' => has(t, " Test ") && ctest(t),
+        b'F' | b'E' => unittest_header(t),
+        b'R' | b'T' => surefire(t),
+        _ => !first.is_ascii() && marked(t),
+    };
+    (named || (has(t, " ...") && named_dotted(t))).then_some("")
 }
 
 /// A pytest node id: a test file's path, `::`, the test (`tests/test_x.py::TestY::test_z[p]`).
