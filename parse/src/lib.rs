@@ -1014,8 +1014,8 @@ impl LogParser {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
                     && head_origin.compatible(&origin)
-                    && (family.is_none() || looks_like_tail(prefix::strip(&head_raw).0, body))
-                    && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(&head_c, &c)) =>
+                    && (family.is_none() || looks_like_tail(prefix::strip(head_raw).0, body))
+                    && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(head_c, &c)) =>
             {
                 // A device failure's words, else a host symptom's (matched on the line as it was
                 // before the wrap: the head's body and this line's text).
@@ -1023,10 +1023,10 @@ impl LogParser {
                 frameworks::detect(&joined_c)
                     .map(|f| (f, None))
                     .or_else(|| {
-                        let joined = format!("{}{raw}", prefix::strip(&head_raw).0);
+                        let joined = format!("{}{raw}", prefix::strip(head_raw).0);
                         host::detect(&joined)
                             .filter(|s| {
-                                !self.launcher_explained(s, &head_origin) && !self.timeout_explained(s)
+                                !self.launcher_explained(s, head_origin) && !self.timeout_explained(s)
                             })
                             .map(|s| (Family::Host, Some(s)))
                     })

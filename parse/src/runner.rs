@@ -40,10 +40,10 @@ pub fn reason(body: &str) -> Option<&str> {
     let t = body.trim();
     let first = *t.as_bytes().first()?;
     // Every line is asked: each grammar is tried only when its cheapest mark is there.
-    if has(t, ".py::") {
-        if let Some(why) = pytest(t) {
-            return Some(why);
-        }
+    if has(t, ".py::")
+        && let Some(why) = pytest(t)
+    {
+        return Some(why);
     }
     let named = match first {
         b'[' => gtest(t) || surefire(t),
