@@ -50,7 +50,7 @@
 //! the error and then its traceback) with the exception line that ends it — unless that line is
 //! another failure, whose traceback it is. A blank line between a head and its message (ComfyUI's
 //! `Error occurred when executing X:`) keeps the head. Jupyter restarting a kernel that failed on
-//! its own is not a second (host) failure.
+//! its own is not a second (host) failure, nor is the `raise …(` source line a traceback shows.
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -661,6 +661,14 @@ fn looks_like_tail(head: &str, line: &str) -> bool {
         && (indent(line) > indent(head) || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase()))
 }
 
+/// A traceback's source line that raises the failure (`    raise ValueError("No available memory
+/// for the cache blocks. "`): the code, not the report — the exception line after it is. A paste
+/// that ran the two together (`raise X("…") X: …`) is the report.
+fn raise_source(body: &str) -> bool {
+    let t = body.trim_start();
+    t.starts_with("raise ") && !t.contains("Error:") && !t.contains("Exception:")
+}
+
 /// Python's traceback header.
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
@@ -984,7 +992,7 @@ impl LogParser {
             Some(why) => (why, Cow::Owned(text::compact(why))),
             None => (body, Cow::Borrowed(c.as_str())),
         };
-        let family = (!read_c.is_empty())
+        let family = (!read_c.is_empty() && !raise_source(body))
             .then(|| {
                 frameworks::detect(&read_c)
                     .or_else(|| bfc_dump(&origin, raw, &read_c))

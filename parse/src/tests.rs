@@ -946,3 +946,21 @@ fn test_names_are_not_failures() {
     ];
     assert_eq!(events(&red), [("cuda_oom", "pytorch", 4), ("host_oom_kill", "python", 6)]);
 }
+
+/// The source line a traceback shows for the `raise` is code, not a second report; a paste that
+/// ran it together with the exception line is still the report.
+#[test]
+fn a_raise_in_the_traceback_is_not_a_second_failure() {
+    let events = parse_all([
+        "Traceback (most recent call last):",
+        "  File \"/usr/local/lib/python3.12/dist-packages/vllm/worker/worker.py\", line 493, in raise_if_cache_size_invalid",
+        "    raise ValueError(\"No available memory for the cache blocks. \"",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+    ]);
+    let found: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
+    assert_eq!(found, [("cuda_oom", "vllm", 1)]);
+    let joined = parse_all([
+        "raise ValueError(\"No available memory for the cache blocks. \" ValueError: No available memory for the cache blocks.",
+    ]);
+    assert_eq!(joined.len(), 1);
+}
