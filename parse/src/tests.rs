@@ -27,6 +27,16 @@ fn check_v2(e: &ParsedOom) {
     assert_eq!(e.reserved_unallocated(), Some(1024 * MIB));
 }
 
+/// What a test compares of each event: its kind, its framework and its first line.
+fn kinds(events: &[ParsedOom]) -> Vec<(&'static str, &'static str, u64)> {
+    events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect()
+}
+
+/// [`kinds`] of the events parsed from `lines`.
+fn found(lines: &[&str]) -> Vec<(&'static str, &'static str, u64)> {
+    kinds(&parse_all(lines.iter().copied()))
+}
+
 #[test]
 fn one_line_message() {
     let events = parse_all(["step 1 loss 2.0", V2, "step 2"]);
@@ -86,8 +96,7 @@ fn hard_wrapped_in_more_than_two_pieces() {
         let pieces = wrap(message, width);
         assert!(pieces.len() >= 3);
         let events = parse_all(pieces.iter().map(String::as_str));
-        let found: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-        assert_eq!(found, [("cuda_oom", "onnxruntime", 1)], "{width}");
+        assert_eq!(kinds(&events), [("cuda_oom", "onnxruntime", 1)], "{width}");
         if width == 100 {
             // (At 120 columns the cut falls inside the size itself.)
             assert_eq!(events[0].fields.requested, Some(2_830_172_160));
@@ -524,8 +533,7 @@ fn llama_cpu_buffer_is_one_host_failure() {
         "llama_kv_cache_init: failed to allocate buffer for kv cache",
         "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache",
     ]);
-    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-    assert_eq!(kinds, [("host_oom_kill", "llama.cpp", 2)]);
+    assert_eq!(kinds(&events), [("host_oom_kill", "llama.cpp", 2)]);
 }
 
 /// PyTorch 1.x's message wrapped right before its clause of numbers is one message, not a head
@@ -578,13 +586,12 @@ fn head_wrapped_before_its_message() {
         "",
         "     544,868,344 bytes allocated in the heap",
     ]);
-    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.line)).collect();
-    assert_eq!(kinds, [("cuda_oom", 2)]);
+    let got: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.line)).collect();
+    assert_eq!(got, [("cuda_oom", 2)]);
     assert!(parse_all(["Results:", "out of memory errors: 0", "done"]).is_empty());
     // ComfyUI's report puts a blank line between the node's head and the message.
     let comfy = parse_all(["Error occurred when executing Diffree_Sampler:", "", "Allocation on device", ""]);
-    let kinds: Vec<_> = comfy.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-    assert_eq!(kinds, [("cuda_oom", "pytorch", 1)]);
+    assert_eq!(kinds(&comfy), [("cuda_oom", "pytorch", 1)]);
     assert!(
         parse_all([
             "Error occurred when executing KSampler:",
@@ -792,8 +799,7 @@ fn terminal_wrapped_lines() {
         "The app “SwiftMistralCoreML-DemoApp” has been killed by the operating system because it is using too much",
         " memory.",
     ]);
-    let found: Vec<_> = ios.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-    assert_eq!(found, [("host_oom_kill", "ios", 1)]);
+    assert_eq!(kinds(&ios), [("host_oom_kill", "ios", 1)]);
     let mpi = parse_all([
         "[c558-702.stampede.tacc.utexas.edu:mpispawn_0][child_handler] MPI process (rank: 0, pid: 39547) terminated",
         " with signal 9 -> abort job",
@@ -812,8 +818,7 @@ fn terminal_wrapped_lines() {
         "Out of Memory Error:",
         "failed to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)",
     ]);
-    let found: Vec<_> = duck.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-    assert_eq!(found, [("host_oom_kill", "duckdb", 2)]);
+    assert_eq!(kinds(&duck), [("host_oom_kill", "duckdb", 2)]);
     // The TPU compiler's headline and its account of the memory: one failure; the account alone
     // (a paste cut before the headline) is one too.
     let tpu = [
@@ -837,9 +842,6 @@ fn terminal_wrapped_lines() {
 /// what such reports have in common (`generic.rs`); what only looks like one gives none.
 #[test]
 fn unknown_programs_by_their_common_words() {
-    let found = |lines: &[&str]| -> Vec<(&'static str, &'static str, u64)> {
-        parse_all(lines.iter().copied()).iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect()
-    };
     // A process supervisor's report of SIGKILL, and a platform's memory quota, in words no rule
     // names (the specific rules' own test lines are elsewhere).
     assert_eq!(found(&["worker-3 finished: terminated by signal 9"]), [("host_oom_kill", "other", 1)]);
@@ -922,9 +924,6 @@ fn unknown_programs_by_their_common_words() {
 /// traceback and pytest's summary of its reason still are: one event each.
 #[test]
 fn test_names_are_not_failures() {
-    let events = |lines: &[&str]| -> Vec<(&'static str, &'static str, u64)> {
-        parse_all(lines.iter().copied()).iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect()
-    };
     let green = [
         "============================= test session starts ==============================",
         "tests/test_manager.py::TestStop::test_stop_command_uses_sigterm_before_sigkill PASSED [ 30%]",
@@ -935,7 +934,7 @@ fn test_names_are_not_failures() {
         "--- PASS: TestContainerOOMKilledExitCode137 (0.02s)",
         "test runtime::tests::exit_status_137_is_sigkill ... ok",
     ];
-    assert!(events(&green).is_empty(), "{:?}", events(&green));
+    assert!(found(&green).is_empty(), "{:?}", found(&green));
     let red = [
         "tests/test_train.py::test_big_batch FAILED                              [ 50%]",
         "=================================== FAILURES ===================================",
@@ -944,7 +943,7 @@ fn test_names_are_not_failures() {
         "=========================== short test summary info ============================",
         "FAILED tests/test_data.py::test_load_all - MemoryError",
     ];
-    assert_eq!(events(&red), [("cuda_oom", "pytorch", 4), ("host_oom_kill", "python", 6)]);
+    assert_eq!(found(&red), [("cuda_oom", "pytorch", 4), ("host_oom_kill", "python", 6)]);
 }
 
 /// The source line a traceback shows for the `raise` is code, not a second report; a paste that
@@ -957,8 +956,7 @@ fn a_raise_in_the_traceback_is_not_a_second_failure() {
         "    raise ValueError(\"No available memory for the cache blocks. \"",
         "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
     ]);
-    let found: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.framework, e.line)).collect();
-    assert_eq!(found, [("cuda_oom", "vllm", 1)]);
+    assert_eq!(kinds(&events), [("cuda_oom", "vllm", 1)]);
     let joined = parse_all([
         "raise ValueError(\"No available memory for the cache blocks. \" ValueError: No available memory for the cache blocks.",
     ]);
