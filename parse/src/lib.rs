@@ -140,6 +140,13 @@ pub const RERAISE_WINDOW: u64 = 32;
 pub const REMAINDER_WINDOW: u64 = 4;
 /// Longest line (compact bytes) kept as a head whose message may come on the next line.
 const MAX_HEAD_BYTES: usize = 512;
+/// Longest line (compact bytes, its pieces joined) read whole when a terminal's hard wrap cut it.
+const MAX_PIECE_BYTES: usize = 2 * MAX_HEAD_BYTES;
+/// Shortest first line (compact bytes) that another failure's may end with and be the same
+/// failure re-raised in a wrapper's words ([`same_words`]).
+const MIN_SAME_WORDS: usize = 20;
+/// Characters two lines must begin alike in to be a logger's two lines ([`same_start`]).
+const START_SHAPE: usize = 8;
 /// Narrowest line a terminal's hard wrap leaves (a message may continue on the next line).
 const MIN_WRAP_WIDTH: usize = 72;
 /// A launcher's `Killing subprocess` within this many lines after another failure of the job (or
@@ -649,16 +656,84 @@ fn quiet_level(o: &Origin) -> bool {
     matches!(o.level, Some(b'D' | b'I' | b'W'))
 }
 
+/// The decoration before a line's text — its prefixes and indent — as a shape (digits as `9`):
+/// `None` when `body` (the line without its prefixes) does not end `raw`.
+fn lead_shape(raw: &str, body: &str) -> Option<String> {
+    let (raw, text) = (raw.trim_end(), body.trim());
+    let at = raw.len().checked_sub(text.len())?;
+    (raw.get(at..) == Some(text))
+        .then(|| raw[..at].chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect())
+}
+
+/// True when a line (`raw`, `body` without its prefixes, of `origin`) may be a piece a terminal's
+/// hard wrap moved to a line of its own after a line whose decoration was `prev_lead`
+/// ([`lead_shape`]) and whose text began with `prev_start`: no logger's level or stream of its
+/// own, decorated as the line before or less (a paste's quote markers or indent, a stamp on every
+/// line of a log, on every piece; a logger's prefix on the first piece only), not indented beyond
+/// that (a frame's, a continuation's), and not begun with the stamp that began the line before (a
+/// logger's next line, its stamp unknown to the prefix grammars: [`same_start`]).
+/// Returns the decoration's width in characters, which the line before shares: the terminal's
+/// width is what follows it.
+fn wrap_piece(prev_lead: &str, prev_start: &str, raw: &str, body: &str, origin: &Origin) -> Option<usize> {
+    let lead = lead_shape(raw, body)?;
+    (origin.level.is_none()
+        && origin.key.is_empty()
+        && prev_lead.starts_with(&lead)
+        && !same_start(prev_start, body))
+    .then(|| lead.chars().count())
+}
+
 /// True when `line` may be the tail of a terminal's wrap of `head` (both without their
 /// prefixes): the head's own text fills a terminal's width ([`MIN_WRAP_WIDTH`]; a logger's stamp
 /// before it does not count), and the line is indented deeper than the head (` with signal 9 ->
-/// abort job`) or its first word begins in lower case — not a line its logger began as it began
+/// abort job`) or it begins in lower case or with a digit (inside a word or a number the cut split) — not a line its logger began as it began
 /// the head (a stamp, a bracket, a capital). Asked only of a line that already reads as a failure
 /// on its own words.
 fn looks_like_tail(head: &str, line: &str) -> bool {
     let indent = |s: &str| s.len() - s.trim_start().len();
     head.trim().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
-        && (indent(line) > indent(head) || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase()))
+        && (indent(line) > indent(head)
+            || line.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()))
+        && !same_start(head, line)
+}
+
+/// True when a held line (compact `head`) and the next (compact `c`, read alone as `alone`'s
+/// failure) read together say more than the line alone: another program's failure (`…
+/// ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422` / `00 MiB on device 0: cudaMalloc
+/// failed: out of memory` is llama.cpp's, not MXNet's) or more numbers.
+fn joined_says_more(head: &str, c: &str, alone: Family) -> bool {
+    let joined = format!("{head}{c}");
+    let read = |t: &str, family: Family| {
+        let mut f = Fields::default();
+        if family == Family::Torch {
+            pytorch::extract(t, &mut f);
+        } else {
+            frameworks::extract(t, &mut f);
+        }
+        f
+    };
+    match frameworks::detect(&joined) {
+        Some(f) if f != alone => true,
+        Some(f) => read(&joined, f) != read(c, f),
+        None => false,
+    }
+}
+
+/// True when two lines begin alike with a stamp — the same classes of character (digits,
+/// letters, the same punctuation) for [`START_SHAPE`] characters, not letters alone: a logger's
+/// stamp the prefix grammars do not know (`2022-09-22 01:17:40 [28,987ms] [Error] …`, llama.cpp's
+/// `1.06.520.084 E …`) begins both, so the second is a line of its own.
+fn same_start(a: &str, b: &str) -> bool {
+    let class = |c: char| match c {
+        '0'..='9' => '9',
+        c if c.is_alphabetic() => 'a',
+        c => c,
+    };
+    let (a, b) = (a.trim_start(), b.trim_start());
+    a.chars().nth(START_SHAPE - 1).is_some()
+        && a.chars().take(START_SHAPE).any(|c| class(c) != 'a')
+        && a.chars().zip(b.chars()).take(START_SHAPE).filter(|(x, y)| class(*x) == class(*y)).count()
+            == START_SHAPE
 }
 
 /// A traceback's source line that raises the failure (`    raise ValueError("No available memory
@@ -667,6 +742,17 @@ fn looks_like_tail(head: &str, line: &str) -> bool {
 fn raise_source(body: &str) -> bool {
     let t = body.trim_start();
     t.starts_with("raise ") && !t.contains("Error:") && !t.contains("Exception:")
+}
+
+/// True when a number-less failure's first line (compact, `later`) says what an earlier one's
+/// (`earlier`) said: the same words, or the same words after a wrapper's exception name
+/// re-raising it (`ApiError: 500 Internal Server Error: CUDA error: out of memory` after `500
+/// Internal Server Error: CUDA error: out of memory`) — not after other words glued before it (a
+/// progress bar without its newline, before the next failure's).
+fn same_words(earlier: &str, later: &str) -> bool {
+    earlier == later
+        || (earlier.len() >= MIN_SAME_WORDS
+            && later.strip_suffix(earlier).is_some_and(|wrapper| wrapper.ends_with(':')))
 }
 
 /// Python's traceback header.
@@ -678,6 +764,7 @@ fn is_frame(body: &str) -> bool {
     body.starts_with([' ', '\t'])
         || body.starts_with("-->")
         || phase::frame_of(body).is_some()
+        || phase::frame_piece(body)
         || body.starts_with("Traceback (most recent call last)")
         || body.starts_with("During handling of the above exception")
         || body.starts_with("The above exception was the direct cause")
@@ -748,6 +835,18 @@ struct Pending {
     in_traceback: bool,
     /// Where that traceback begins: its index in `raw` and its line number.
     taken_traceback: Option<(usize, u64)>,
+    /// The message's current line as a terminal printed it before a hard wrap cut it: the
+    /// compact text of its pieces so far, read again whole when a piece follows
+    /// ([`Pending::cut_before`]), so that a number or a phrase the cut split is read as printed.
+    piece: String,
+    /// The fields as they were before the current line's first piece.
+    before_piece: Fields,
+    /// The last line taken: its characters, its decoration ([`lead_shape`]), its text's first
+    /// characters, and the parser's line counter then.
+    last_width: usize,
+    last_lead: String,
+    last_start: String,
+    last_fed: u64,
 }
 
 impl Pending {
@@ -761,15 +860,22 @@ impl Pending {
         }
     }
 
-    fn push_line(&mut self, line: Line<'_>, origin: &Origin) {
+    fn push_line(&mut self, line: Line<'_>, origin: &Origin, fed: u64) {
+        let cut = self.cut_before(&line, origin, fed);
         let Line { raw, body, c: compact } = line;
         self.after_frame = phase::frame_of(body).is_some();
         self.in_traceback = traceback_header(body) || (self.in_traceback && is_frame(body));
         self.raw.push(raw);
         self.idle = 0;
+        self.last_fed = fed;
+        self.last_width = raw.chars().count();
+        self.last_lead = lead_shape(raw, body).unwrap_or_default();
+        self.last_start.clear();
+        self.last_start.extend(body.trim_start().chars().take(START_SHAPE));
         if self.in_traceback {
             // Frames only place the failure (`phase_of` reads them from `raw`); its words and
             // numbers are the message's.
+            self.last_width = 0;
             return;
         }
         let before = self.compact.len();
@@ -780,7 +886,23 @@ impl Pending {
             self.signature = oomlens_schema::text::clip(compact, 256).to_owned();
         }
         if self.family != Family::Torch {
-            frameworks::extract(compact, &mut self.fields);
+            if cut {
+                // The next piece of a line a terminal cut: the line read whole (`… allocate 740` /
+                // `6166528 bytes.`), what the pieces said alone filling the rest.
+                self.piece.push_str(compact);
+                let mut whole = self.before_piece.clone();
+                frameworks::extract(&self.piece, &mut whole);
+                frameworks::extract(compact, &mut self.fields);
+                whole.fill_from(&self.fields);
+                self.fields = whole;
+            } else {
+                self.before_piece.clone_from(&self.fields);
+                self.piece.clear();
+                if compact.len() <= MAX_PIECE_BYTES {
+                    self.piece.push_str(compact);
+                }
+                frameworks::extract(compact, &mut self.fields);
+            }
         }
         self.fields.pid = self.fields.pid.or(origin.pid);
         self.fields.gpu = self.fields.gpu.or(origin.gpu);
@@ -862,6 +984,41 @@ impl Pending {
     /// model`) report that same failure.
     fn llama_host_buffer(&self) -> bool {
         self.family == Family::Host && self.host.as_ref().is_some_and(|h| h.framework == "llama.cpp")
+    }
+
+    /// True when `line` (the parser's `fed`-th, of `origin`) may be the next piece of the last line
+    /// this event took, cut by a terminal's hard wrap: it comes right after it, that line filled a
+    /// terminal's width ([`MIN_WRAP_WIDTH`]), and this one is decorated as a piece ([`wrap_piece`]).
+    fn cut_before(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
+        let Line { raw, body, c } = *line;
+        self.last_fed + 1 == fed
+            && self.piece.len() + c.len() <= MAX_PIECE_BYTES
+            && wrap_piece(&self.last_lead, &self.last_start, raw, body, origin)
+                .is_some_and(|lead| self.last_width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+    }
+
+    /// True when `line` is the next piece of a line of this event that a terminal cut
+    /// ([`Self::cut_before`]) and the two read whole say more than apart: a number or a phrase
+    /// runs across the cut (`… requested buffer of size 2830` / `172160`). Asked of a line no
+    /// event takes by its own words.
+    fn continued_by_wrap(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
+        if !self.cut_before(line, origin, fed) || self.in_traceback {
+            return false;
+        }
+        if self.family == Family::Torch {
+            if self.complete {
+                return false;
+            }
+            let mut apart = Fields::default();
+            pytorch::extract(&self.compact, &mut apart);
+            let mut whole = Fields::default();
+            pytorch::extract(&format!("{}{}", self.compact, line.c), &mut whole);
+            return whole != apart || pytorch::complete(&format!("{}{}", self.compact, line.c));
+        }
+        let mut whole = self.before_piece.clone();
+        frameworks::extract(&format!("{}{}", self.piece, line.c), &mut whole);
+        whole.fill_from(&self.fields);
+        whole != self.fields
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
@@ -966,6 +1123,7 @@ impl LogParser {
     /// physical lines (CRI / Docker partial lines) and report where each logical line began.
     pub fn feed_numbered_line(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
         self.fed += 1;
+        let fed = self.fed;
         self.line = number;
         let cleaned = text::clean(line);
         let raw = cleaned.as_ref();
@@ -1018,7 +1176,28 @@ impl LogParser {
         } else {
             (family, symptom)
         };
-        let wrapped = match (generic_only, &head) {
+        // A line that begins inside a word or a number after a held line that filled a terminal's
+        // width and ends inside one (`00 MiB on device 0: cudaMalloc failed: out of memory` after
+        // `… ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422`) is read with it even when
+        // its own words name a failure: the program that printed it is named before the cut.
+        let cut_tail = family.is_some()
+            && head.as_ref().is_some_and(|h| {
+                let head_body = prefix::strip(&h.raw).0;
+                let start: String = head_body.trim_start().chars().take(START_SHAPE).collect();
+                h.raw.trim_end().ends_with(|c: char| c.is_ascii_alphanumeric())
+                    && wrap_piece(
+                        &lead_shape(&h.raw, head_body).unwrap_or_default(),
+                        &start,
+                        raw,
+                        body,
+                        &origin,
+                    )
+                    .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+            })
+            && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let cut_tail =
+            cut_tail && family.zip(head.as_ref()).is_some_and(|(alone, h)| joined_says_more(&h.c, &c, alone));
+        let wrapped = match (generic_only || cut_tail, &head) {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
                     && head_origin.compatible(&origin)
@@ -1070,20 +1249,24 @@ impl LogParser {
             self.start(family, head, head_origin, wrapped_symptom, &mut out);
             self.line = this_line;
             if let Some(p) = self.pending.last_mut() {
-                p.push_line(Line { raw, body, c: &c }, &origin);
+                // The head was the line before this one.
+                p.last_fed = fed.saturating_sub(1);
+                p.push_line(Line { raw, body, c: &c }, &origin, fed);
             }
         } else if let Some(family) = family {
             self.start(family, Line { raw, body, c: &c }, origin, symptom, &mut out);
         } else {
             self.work += c.len() * self.pending.len();
+            let line = Line { raw, body, c: &c };
             let taker = self
                 .pending
                 .iter()
-                .rposition(|p| p.origin.compatible(&origin) && p.accepts(body, &c, &origin));
+                .rposition(|p| p.origin.compatible(&origin) && p.accepts(body, &c, &origin))
+                .or_else(|| self.pending.iter().rposition(|p| p.continued_by_wrap(&line, &origin, fed)));
             match taker {
                 Some(i) => {
                     let p = &mut self.pending[i];
-                    p.push_line(Line { raw, body, c: &c }, &origin);
+                    p.push_line(Line { raw, body, c: &c }, &origin, fed);
                     if p.in_traceback && traceback_header(body) {
                         p.taken_traceback = Some((p.raw.lines.len().saturating_sub(1), self.line));
                     }
@@ -1164,6 +1347,7 @@ impl LogParser {
         out: &mut Vec<ParsedOom>,
     ) {
         let c = line.c;
+        let fed = self.fed;
         // The same failure printed again by another layer joins the open event.
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
             p.origin.compatible(&origin)
@@ -1172,7 +1356,7 @@ impl LogParser {
                     || (p.in_traceback && p.family == family))
         }) {
             p.families |= family.bit();
-            p.push_line(line, &origin);
+            p.push_line(line, &origin, fed);
             p.add_symptom(symptom);
             if matches!(family, Family::TfTensor | Family::Jax) {
                 p.complete = true;
@@ -1226,6 +1410,12 @@ impl LogParser {
             after_frame: false,
             in_traceback: false,
             taken_traceback: None,
+            piece: String::new(),
+            before_piece: Fields::default(),
+            last_width: 0,
+            last_lead: String::new(),
+            last_start: String::new(),
+            last_fed: 0,
         };
         if family == Family::Vllm
             && let Some((at, profile)) = self.profile.take()
@@ -1233,7 +1423,7 @@ impl LogParser {
         {
             frameworks::extract(&profile, &mut p.fields);
         }
-        p.push_line(line, &origin);
+        p.push_line(line, &origin, fed);
         p.add_symptom(symptom);
         self.pending.push(p);
     }
@@ -1295,8 +1485,9 @@ impl LogParser {
             return;
         }
         let Some(i) = open else {
-            // A paste that starts inside a traceback (its header cut off).
-            if phase::frame_of(body).is_some() {
+            // A paste that starts inside a traceback (its header cut off; its first frame line
+            // perhaps cut by a terminal's wrap too).
+            if phase::frame_of(body).is_some() || body.trim_start().starts_with("File \"") {
                 if self.tracebacks.len() >= MAX_PENDING {
                     let tb = self.tracebacks.remove(0);
                     self.close_named(tb, out);
@@ -1351,6 +1542,12 @@ impl LogParser {
             after_frame: false,
             in_traceback: false,
             taken_traceback: None,
+            piece: String::new(),
+            before_piece: Fields::default(),
+            last_width: 0,
+            last_lead: String::new(),
+            last_start: String::new(),
+            last_fed: 0,
             raw: tb.into_raw(),
         };
         self.close(p, out);
@@ -1420,7 +1617,7 @@ impl LogParser {
                 // Without numbers: the same words again, or a wrapper re-raising the failure
                 // with its own words right after it.
                 && (numbered
-                    || r.signature == p.signature
+                    || same_words(&r.signature, &p.signature)
                     || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW)
                     || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
                         && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)
@@ -1463,6 +1660,9 @@ impl LogParser {
         // The lines without their loggers' prefixes (`kubectl logs --timestamps` stamps every
         // frame): tracebacks are read from these.
         let bodies: Vec<&str> = lines.iter().map(|l| prefix::strip(l).0).collect();
+        // Frame lines a terminal's hard wrap cut, joined again.
+        let bodies = phase::join_cut_frames(&bodies);
+        let bodies: Vec<&str> = bodies.iter().map(AsRef::as_ref).collect();
         let phase = if p.compact.contains("dataloaderworker") {
             Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })
         } else {

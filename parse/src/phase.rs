@@ -19,7 +19,11 @@
 //!
 //! The finding carries the clue (the frame's function or the message's words) as evidence.
 
+use std::borrow::Cow;
+
 use oomlens_schema::Phase;
+
+use super::MIN_WRAP_WIDTH;
 
 /// A phase and what said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,6 +230,66 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
 }
 
 /// The frames of `lines`, outermost first (also what `op.rs` reads the failing code from).
+/// True when `line` is the rest of a frame line a terminal's hard wrap cut: it begins with the
+/// frame's line number (`line 541, in __call__`) or its function (`, in convert`, `in convert`: one
+/// word, not prose), or ends its path (`…/asr_transformer.py", line 175, in`).
+pub fn frame_piece(line: &str) -> bool {
+    let numbered = |rest: &str| rest.starts_with(|c: char| c.is_ascii_digit());
+    let rest = line.trim_end();
+    let rest = rest.strip_prefix(',').map_or(rest, str::trim_start);
+    rest.strip_prefix("line ").is_some_and(|rest| numbered(rest) && rest.contains(", in"))
+        || rest
+            .strip_prefix("in ")
+            .is_some_and(|function| !function.is_empty() && !function.contains(char::is_whitespace))
+        || line.split_once("\", line ").is_some_and(|(file, rest)| !file.contains(' ') && numbered(rest))
+}
+
+/// `lines` with each frame line a terminal's hard wrap cut joined again: a line that begins a
+/// frame (`  File "/x/trainer.py",` / ` line 316, in run`) but does not read as one, joined with
+/// the next one or two lines when that makes it one; a frame line that filled a terminal's width
+/// ([`MIN_WRAP_WIDTH`]) with a single word after it, indented no deeper (`… line 5, in for` /
+/// `ward`; a source line is indented deeper), joined with that word. Lines borrowed where nothing
+/// was joined.
+pub fn join_cut_frames<'a>(lines: &[&'a str]) -> Vec<Cow<'a, str>> {
+    let indent = |s: &str| s.len() - s.trim_start().len();
+    let mut out = Vec::with_capacity(lines.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let mut taken = 0;
+        let mut joined = String::new();
+        if line.trim_start().starts_with("File ") && frame_of(line).is_none() {
+            joined.push_str(line);
+            for (k, next) in lines.iter().enumerate().skip(i + 1).take(2) {
+                joined.push_str(next);
+                if frame_of(&joined).is_some() {
+                    taken = k - i;
+                    break;
+                }
+            }
+        } else if frame_of(line).is_some()
+            && line.chars().nth(MIN_WRAP_WIDTH - 1).is_some()
+            && let Some(next) = lines.get(i + 1)
+            && indent(next) <= indent(line)
+            && let next = next.trim()
+            && !next.is_empty()
+            && !next.contains(|c: char| c.is_whitespace() || c == ':' || c == '(')
+        {
+            joined.push_str(line.trim_end());
+            joined.push_str(next);
+            taken = 1;
+        }
+        if taken > 0 {
+            out.push(Cow::Owned(joined));
+            i += taken + 1;
+        } else {
+            out.push(Cow::Borrowed(line));
+            i += 1;
+        }
+    }
+    out
+}
+
 pub(crate) fn frames<'a>(lines: &[&'a str]) -> Vec<Frame<'a>> {
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
@@ -349,6 +413,43 @@ mod tests {
         assert_eq!(phase("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 MiB"), None);
         // A batch moved to the GPU in the training loop is not a model load.
         assert_eq!(phase("  File \"train.py\", line 5, in main\n    x = x.to(device)\nx"), None);
+    }
+
+    #[test]
+    fn frame_lines_a_wrap_cut() {
+        for piece in [
+            "line 541, in __call__",
+            ", in convert",
+            "in convert",
+            "/asr/e2e_asr_transformer.py\", line 175, in",
+        ] {
+            assert!(frame_piece(piece), "{piece}");
+        }
+        for prose in ["in a future release", "line 3 of the config", "see train.py, line 3", "in"] {
+            assert!(!frame_piece(prose), "{prose}");
+        }
+        let lines = [
+            "  File \"/x/torch/nn/modules/module.py\", ",
+            "line 541, in __call__",
+            "    result = self.forward(*input, **kwargs)",
+            "  File \"/home/user/project/src/models/backbones/net.py\", line 175, in for",
+            "ward",
+            "  File \"/x/data/loader.py\", line 9, in load_everything_for_the_epoch_from_the_disk_at_once",
+            "    name=name)",
+        ];
+        let joined = join_cut_frames(&lines);
+        let joined: Vec<&str> = joined.iter().map(AsRef::as_ref).collect();
+        assert_eq!(joined.len(), 5, "{joined:#?}");
+        let found: Vec<_> = frames(&joined).iter().map(|f| (file_name(f.file), f.function)).collect();
+        assert_eq!(
+            found,
+            [
+                ("module.py", "__call__"),
+                ("net.py", "forward"),
+                ("loader.py", "load_everything_for_the_epoch_from_the_disk_at_once")
+            ]
+        );
+        assert_eq!(frames(&joined)[0].source, Some("result = self.forward(*input, **kwargs)"));
     }
 
     #[test]

@@ -97,11 +97,119 @@ fn hard_wrapped_in_more_than_two_pieces() {
         assert!(pieces.len() >= 3);
         let events = parse_all(pieces.iter().map(String::as_str));
         assert_eq!(kinds(&events), [("cuda_oom", "onnxruntime", 1)], "{width}");
-        if width == 100 {
-            // (At 120 columns the cut falls inside the size itself.)
-            assert_eq!(events[0].fields.requested, Some(2_830_172_160));
-        }
+        // (At 120 columns the cut falls inside the size itself: it is read whole.)
+        assert_eq!(events[0].fields.requested, Some(2_830_172_160), "{width}");
     }
+}
+
+/// A number or a phrase a terminal's hard wrap cut is read whole (real pastes: jax's
+/// `RESOURCE_EXHAUSTED` cut inside its size, spaCy's CuPy error cut before its allocated bytes),
+/// also when every piece carries the paste's decoration (quote markers, an indent) or a log's
+/// stamp.
+#[test]
+fn numbers_a_wrap_cut_are_read_whole() {
+    let jax = [
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 740",
+        "6166528 bytes.",
+    ];
+    let cupy = [
+        "cupy.cuda.memory.OutOfMemoryError: OutOfMemoryError('Out of memory allocating 3,327,510,528 bytes (allocated so",
+        "far: 13,736,083,968 bytes).')",
+    ];
+    for decoration in ["", "> ", "    ", "2024-05-01T12:00:00.123456789Z "] {
+        let lines = |pieces: &[&str]| pieces.iter().map(|l| format!("{decoration}{l}")).collect::<Vec<_>>();
+        let events = parse_all(lines(&jax).iter().map(String::as_str));
+        assert_eq!(kinds(&events), [("cuda_oom", "jax", 1)], "{decoration:?}");
+        assert_eq!(events[0].fields.requested, Some(7_406_166_528), "{decoration:?}");
+        let events = parse_all(lines(&cupy).iter().map(String::as_str));
+        assert_eq!(events[0].fields.requested, Some(3_327_510_528), "{decoration:?}");
+        assert_eq!(events[0].fields.allocated, Some(13_736_083_968), "{decoration:?}");
+    }
+}
+
+/// A logger's next line is not a piece of the line before, whatever its stamp: llama.cpp's own
+/// (`1.06.520.084 E`, unknown to the prefix grammars) begins both, so the size that ends the first
+/// is not run into the next; neither is a line with a logger's level, nor an indented one.
+#[test]
+fn a_loggers_next_line_is_not_a_piece() {
+    let events = parse_all([
+        "1.06.520.084 E ggml_gallocr_reserve_n_impl: failed to allocate CUDA1 buffer of size 54262464512",
+        "1.06.520.086 E graph_reserve: failed to allocate compute buffers",
+    ]);
+    assert_eq!(events[0].fields.requested, Some(54_262_464_512));
+    let failure = "ggml_gallocr_reserve_n_impl: failed to allocate CUDA1 buffer of size 54262464512";
+    for next in ["WARNING:root:2 retries left", "    2 retries left"] {
+        let events = parse_all([failure, next]);
+        assert_eq!(events[0].fields.requested, Some(54_262_464_512), "{next}");
+    }
+}
+
+/// A line whose own words name a failure after a held line the wrap cut inside a word or a number
+/// is read with it: the program is named before the cut (`… allocating 422` / `00 MiB on device 0:
+/// cudaMalloc failed: out of memory` is llama.cpp's, not MXNet's bare `cudaMalloc failed`).
+#[test]
+fn a_failure_cut_from_its_program_is_read_with_it() {
+    let events = parse_all([
+        "llama_kv_cache_unified: KV self size  = 51200.00 MiB, K (f16): 25600.00 MiB, V (f16): 25600.00 MiB",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 42200.00 MiB on device 0: cudaMalloc fa",
+        "iled: out of memory",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "llama.cpp", 2)]);
+    let events = parse_all([
+        "some_program_with_a_long_name_that_fills_the_terminal: creating the buffer for the layers 422",
+        "00 MiB on device 0: cudaMalloc failed: out of memory",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "mxnet", 2)], "the line before says no more: not joined");
+}
+
+/// Frame lines a terminal's hard wrap cut still place the failure: the traceback keeps their
+/// pieces (`line 541, in __call__`, `, in convert`) and the frames are read whole.
+#[test]
+fn wrapped_frames_place_the_failure() {
+    let events = parse_all([
+        "  File \"/home/ep/InvokeAI/invokeai/lib/python3.9/site-packages/torch/nn/modules/module.py\", line 987",
+        ", in convert",
+        "    return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 74.00 MiB (GPU 0; 1.95 GiB total capacity; 1.21 GiB already allocated; 21.38 MiB free; 1.26 GiB reserved in total by PyTorch)",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(oomlens_schema::Phase::Load));
+    let events = parse_all([
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.77 GiB (GPU 0; 7.79 GiB total capacity; 6.05 GiB already allocated; 462.94 MiB free; 371.28 MiB cached)",
+        "Traceback (most recent call last):",
+        "  File \"/home/ubuntu/anaconda3/envs/espnet/lib/python3.6/site-packages/torch/nn/modules/module.py\", ",
+        "line 541, in __call__",
+        "    result = self.forward(*input, **kwargs)",
+        "  File \"/home/ubuntu/espnet-master/espnet/nets/pytorch_backend/e2e_asr_transformer.py\", line 175, in",
+        " forward",
+        "    hs_pad, hs_mask = self.encoder(xs_pad, src_mask)",
+    ]);
+    assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(oomlens_schema::Phase::Forward));
+}
+
+/// A wrapper re-raising a number-less failure in its own exception's name is the same failure (a
+/// desktop app's `ApiError: 500 …: CUDA error: out of memory` after the server's `500 …`); the
+/// same words after a progress bar glued before them are the next failure.
+#[test]
+fn a_wrappers_re_raise_is_one_event() {
+    let events = parse_all([
+        "500 Internal Server Error: CUDA error: out of memory",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+        "",
+        "ApiError: 500 Internal Server Error: CUDA error: out of memory",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "cuda", 1)]);
+    // fairseq skipping batches (two OOMs, the second's words glued to tqdm's bar).
+    let events = parse_all([
+        "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+        "| WARNING: ran out of memory on GPU #2, skipping batch",
+        "",
+        "| using 3 GPUs (with max tokens per GPU = 2000 and max sentences per GPU = None)",
+        "| model fconv_wmt_en_de, criterion CrossEntropyCriterion",
+        "| num. model params: 217643510",
+        "| epoch 001:   0%|  | 315/72115 [01:24<5:21:16,  3.72it/s, oom=0]THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "cuda", 1), ("cuda_oom", "cuda", 7)]);
 }
 
 #[test]
