@@ -335,7 +335,7 @@ const GRAPHICS_WORDS: &[&str] = &["device", "nvenc", "nvdec", "d3d", "directx", 
 /// (`def handle_outofmemoryexception`, `catch (OutOfMemoryException)`), not a report of one.
 const NAMES_IT: &[&str] = &["avoid", "handle", "catch"];
 
-/// A host allocation refused in words that name the host's side ([`HOST_ALLOC`]) and no rule
+/// A host allocation refused in words that name the host's side (`HOST_ALLOC`) and no rule
 /// names (`Out of memory: malloc of size 262144 failed`, `System.OutOfMemoryException`,
 /// `eheap_alloc: Cannot allocate 2280657000 bytes of memory (of type "heap")`, `[WinError 8] Not
 /// enough memory resources are available`), with no device word, no advice or condition before

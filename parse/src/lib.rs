@@ -50,7 +50,17 @@
 //! the error and then its traceback) with the exception line that ends it — unless that line is
 //! another failure, whose traceback it is. A blank line between a head and its message (ComfyUI's
 //! `Error occurred when executing X:`) keeps the head. Jupyter restarting a kernel that failed on
-//! its own is not a second (host) failure, nor is the `raise …(` source line a traceback shows.
+//! its own is not a second (host) failure, nor is the `raise …(` source line a traceback shows,
+//! nor a wrapper re-raising a number-less failure in its exception's name (`ApiError: …`).
+//!
+//! **A line a terminal cut is read whole.** A piece that follows a line of the event filling a
+//! terminal's width — no logger's level or stream, decorated as that line or less, not indented
+//! deeper, not begun with the stamp that began it (`wrap_piece`) — is read with it, so a number
+//! or a phrase the cut split is read as printed (`… allocate 740` / `6166528 bytes.`), and is
+//! taken by its event when the two say more together than apart. A failure's line begun inside a
+//! word or a number is read with the held line before it when that names its program. The pieces
+//! of a cut frame line stay in the traceback and are joined again before the phase is read
+//! (`phase::join_cut_frames`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -368,7 +378,7 @@ impl ParsedOom {
         labels
     }
 
-    /// One JSON object (one line), the keys of [`JsonOom`] in order.
+    /// One JSON object (one line), the keys of `JsonOom` in order.
     pub fn to_json(&self) -> String {
         let f = &self.fields;
         let j = JsonOom {

@@ -233,7 +233,7 @@ fn frame_parts(line: &str) -> Option<(&str, &str)> {
 /// True when `line` is the rest of a frame line a terminal's hard wrap cut: it begins with the
 /// frame's line number (`line 541, in __call__`) or its function (`, in convert`, `in convert`: one
 /// word, not prose), or ends its path (`…/asr_transformer.py", line 175, in`).
-pub fn frame_piece(line: &str) -> bool {
+pub(crate) fn frame_piece(line: &str) -> bool {
     let numbered = |rest: &str| rest.starts_with(|c: char| c.is_ascii_digit());
     let rest = line.trim_end();
     let rest = rest.strip_prefix(',').map_or(rest, str::trim_start);
@@ -247,10 +247,10 @@ pub fn frame_piece(line: &str) -> bool {
 /// `lines` with each frame line a terminal's hard wrap cut joined again: a line that begins a
 /// frame (`  File "/x/trainer.py",` / ` line 316, in run`) but does not read as one, joined with
 /// the next one or two lines when that makes it one; a frame line that filled a terminal's width
-/// ([`MIN_WRAP_WIDTH`]) with a single word after it, indented no deeper (`… line 5, in for` /
+/// (`MIN_WRAP_WIDTH`, 72 characters) with a single word after it, indented no deeper (`… line 5, in for` /
 /// `ward`; a source line is indented deeper), joined with that word. Lines borrowed where nothing
 /// was joined.
-pub fn join_cut_frames<'a>(lines: &[&'a str]) -> Vec<Cow<'a, str>> {
+pub(crate) fn join_cut_frames<'a>(lines: &[&'a str]) -> Vec<Cow<'a, str>> {
     let indent = |s: &str| s.len() - s.trim_start().len();
     let mut out = Vec::with_capacity(lines.len());
     let mut i = 0;

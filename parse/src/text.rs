@@ -101,7 +101,7 @@ pub fn after(hay: &str, needle: &str, from: usize) -> Option<usize> {
 }
 
 /// `hay.contains(needle)`, quicker when it misses. The standard library answers a needle of up to
-/// [`SHORT_NEEDLE`] bytes with a vector scan, a longer one with a two-way searcher whose set-up
+/// `SHORT_NEEDLE` bytes with a vector scan, a longer one with a two-way searcher whose set-up
 /// costs more than the search on the short lines of a log (a profile of the corpus put a quarter
 /// of the parse in it). Most of the parser's searches miss: a long needle is first looked for by
 /// its head, which the vector scan rules out.
