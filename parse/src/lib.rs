@@ -666,18 +666,24 @@ fn quiet_level(o: &Origin) -> bool {
     matches!(o.level, Some(b'D' | b'I' | b'W'))
 }
 
-/// The decoration before a line's text — its prefixes and indent — as a shape (digits as `9`):
-/// `None` when `body` (the line without its prefixes) does not end `raw`.
-fn lead_shape(raw: &str, body: &str) -> Option<String> {
+/// The decoration before a line's text — its prefixes and indent: `None` when `body` (the line
+/// without its prefixes) does not end `raw`.
+fn lead<'a>(raw: &'a str, body: &str) -> Option<&'a str> {
     let (raw, text) = (raw.trim_end(), body.trim());
     let at = raw.len().checked_sub(text.len())?;
-    (raw.get(at..) == Some(text))
-        .then(|| raw[..at].chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect())
+    (raw.get(at..) == Some(text)).then(|| &raw[..at])
+}
+
+/// True when decoration `lead` begins decoration `prev` alike: the same characters, any digit
+/// for a digit (a stamp's time).
+fn begins_alike(prev: &str, lead: &str) -> bool {
+    let mut p = prev.chars();
+    lead.chars().all(|c| p.next().is_some_and(|d| d == c || (d.is_ascii_digit() && c.is_ascii_digit())))
 }
 
 /// True when a line (`raw`, `body` without its prefixes, of `origin`) may be a piece a terminal's
-/// hard wrap moved to a line of its own after a line whose decoration was `prev_lead`
-/// ([`lead_shape`]) and whose text began with `prev_start`: no logger's level or stream of its
+/// hard wrap moved to a line of its own after a line whose decoration was `prev_lead` ([`lead`])
+/// and whose text began with `prev_start`: no logger's level or stream of its
 /// own, decorated as the line before or less (a paste's quote markers or indent, a stamp on every
 /// line of a log, on every piece; a logger's prefix on the first piece only), not indented beyond
 /// that (a frame's, a continuation's), and not begun with the stamp that began the line before (a
@@ -685,10 +691,10 @@ fn lead_shape(raw: &str, body: &str) -> Option<String> {
 /// Returns the decoration's width in characters, which the line before shares: the terminal's
 /// width is what follows it.
 fn wrap_piece(prev_lead: &str, prev_start: &str, raw: &str, body: &str, origin: &Origin) -> Option<usize> {
-    let lead = lead_shape(raw, body)?;
+    let lead = lead(raw, body)?;
     (origin.level.is_none()
         && origin.key.is_empty()
-        && prev_lead.starts_with(&lead)
+        && begins_alike(prev_lead, lead)
         && !same_start(prev_start, body))
     .then(|| lead.chars().count())
 }
@@ -696,9 +702,9 @@ fn wrap_piece(prev_lead: &str, prev_start: &str, raw: &str, body: &str, origin: 
 /// True when `line` may be the tail of a terminal's wrap of `head` (both without their
 /// prefixes): the head's own text fills a terminal's width ([`MIN_WRAP_WIDTH`]; a logger's stamp
 /// before it does not count), and the line is indented deeper than the head (` with signal 9 ->
-/// abort job`) or it begins in lower case or with a digit (inside a word or a number the cut split) — not a line its logger began as it began
-/// the head (a stamp, a bracket, a capital). Asked only of a line that already reads as a failure
-/// on its own words.
+/// abort job`) or it begins in lower case or with a digit (inside a word or a number the cut
+/// split) — not a line its logger began as it began the head (a stamp, a bracket, a capital:
+/// [`same_start`]). Asked only of a line that already reads as a failure on its own words.
 fn looks_like_tail(head: &str, line: &str) -> bool {
     let indent = |s: &str| s.len() - s.trim_start().len();
     head.trim().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
@@ -851,8 +857,8 @@ struct Pending {
     piece: String,
     /// The fields as they were before the current line's first piece.
     before_piece: Fields,
-    /// The last line taken: its characters, its decoration ([`lead_shape`]), its text's first
-    /// characters, and the parser's line counter then.
+    /// The last line taken: its characters, and the parser's line counter then; when it filled a
+    /// terminal's width, its decoration ([`lead`]) and its text's first characters.
     last_width: usize,
     last_lead: String,
     last_start: String,
@@ -879,9 +885,12 @@ impl Pending {
         self.idle = 0;
         self.last_fed = fed;
         self.last_width = raw.chars().count();
-        self.last_lead = lead_shape(raw, body).unwrap_or_default();
-        self.last_start.clear();
-        self.last_start.extend(body.trim_start().chars().take(START_SHAPE));
+        if self.last_width >= MIN_WRAP_WIDTH {
+            self.last_lead.clear();
+            self.last_lead.push_str(lead(raw, body).unwrap_or_default());
+            self.last_start.clear();
+            self.last_start.extend(body.trim_start().chars().take(START_SHAPE));
+        }
         if self.in_traceback {
             // Frames only place the failure (`phase_of` reads them from `raw`); its words and
             // numbers are the message's.
@@ -896,7 +905,7 @@ impl Pending {
             self.signature = oomlens_schema::text::clip(compact, 256).to_owned();
         }
         if self.family != Family::Torch {
-            if cut {
+            if cut && !self.piece.is_empty() {
                 // The next piece of a line a terminal cut: the line read whole (`… allocate 740` /
                 // `6166528 bytes.`), what the pieces said alone filling the rest.
                 self.piece.push_str(compact);
@@ -906,9 +915,10 @@ impl Pending {
                 whole.fill_from(&self.fields);
                 self.fields = whole;
             } else {
-                self.before_piece.clone_from(&self.fields);
+                // Only a line that filled a terminal's width may have a next piece.
                 self.piece.clear();
-                if compact.len() <= MAX_PIECE_BYTES {
+                if self.last_width >= MIN_WRAP_WIDTH && compact.len() <= MAX_PIECE_BYTES {
+                    self.before_piece.clone_from(&self.fields);
                     self.piece.push_str(compact);
                 }
                 frameworks::extract(compact, &mut self.fields);
@@ -1002,6 +1012,7 @@ impl Pending {
     fn cut_before(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
         let Line { raw, body, c } = *line;
         self.last_fed + 1 == fed
+            && self.last_width >= MIN_WRAP_WIDTH
             && self.piece.len() + c.len() <= MAX_PIECE_BYTES
             && wrap_piece(&self.last_lead, &self.last_start, raw, body, origin)
                 .is_some_and(|lead| self.last_width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
@@ -1195,14 +1206,8 @@ impl LogParser {
                 let head_body = prefix::strip(&h.raw).0;
                 let start: String = head_body.trim_start().chars().take(START_SHAPE).collect();
                 h.raw.trim_end().ends_with(|c: char| c.is_ascii_alphanumeric())
-                    && wrap_piece(
-                        &lead_shape(&h.raw, head_body).unwrap_or_default(),
-                        &start,
-                        raw,
-                        body,
-                        &origin,
-                    )
-                    .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+                    && wrap_piece(lead(&h.raw, head_body).unwrap_or_default(), &start, raw, body, &origin)
+                        .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
             })
             && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
         let cut_tail =
