@@ -851,18 +851,26 @@ struct Pending {
     in_traceback: bool,
     /// Where that traceback begins: its index in `raw` and its line number.
     taken_traceback: Option<(usize, u64)>,
-    /// The message's current line as a terminal printed it before a hard wrap cut it: the
-    /// compact text of its pieces so far, read again whole when a piece follows
-    /// ([`Pending::cut_before`]), so that a number or a phrase the cut split is read as printed.
+    /// What it keeps of the last line it took, to read the next one whole when a terminal's hard
+    /// wrap cut it.
+    last: LastLine,
+}
+
+/// What an event keeps of the last line it took ([`Pending::cut_before`]).
+#[derive(Debug, Default)]
+struct LastLine {
+    /// The parser's line counter when it was taken.
+    fed: u64,
+    /// Its characters.
+    width: usize,
+    /// When it filled a terminal's width: its decoration ([`lead`]), its text's first characters,
+    /// the compact text of its pieces so far (the line as the terminal printed it before the cut,
+    /// read again whole when a piece follows, so that a number or a phrase the cut split is read
+    /// as printed), and the event's fields before its first piece.
+    lead: String,
+    start: String,
     piece: String,
-    /// The fields as they were before the current line's first piece.
     before_piece: Fields,
-    /// The last line taken: its characters, and the parser's line counter then; when it filled a
-    /// terminal's width, its decoration ([`lead`]) and its text's first characters.
-    last_width: usize,
-    last_lead: String,
-    last_start: String,
-    last_fed: u64,
 }
 
 impl Pending {
@@ -883,18 +891,18 @@ impl Pending {
         self.in_traceback = traceback_header(body) || (self.in_traceback && is_frame(body));
         self.raw.push(raw);
         self.idle = 0;
-        self.last_fed = fed;
-        self.last_width = raw.chars().count();
-        if self.last_width >= MIN_WRAP_WIDTH {
-            self.last_lead.clear();
-            self.last_lead.push_str(lead(raw, body).unwrap_or_default());
-            self.last_start.clear();
-            self.last_start.extend(body.trim_start().chars().take(START_SHAPE));
+        self.last.fed = fed;
+        self.last.width = raw.chars().count();
+        if self.last.width >= MIN_WRAP_WIDTH {
+            self.last.lead.clear();
+            self.last.lead.push_str(lead(raw, body).unwrap_or_default());
+            self.last.start.clear();
+            self.last.start.extend(body.trim_start().chars().take(START_SHAPE));
         }
         if self.in_traceback {
             // Frames only place the failure (`phase_of` reads them from `raw`); its words and
             // numbers are the message's.
-            self.last_width = 0;
+            self.last.width = 0;
             return;
         }
         let before = self.compact.len();
@@ -905,21 +913,21 @@ impl Pending {
             self.signature = oomlens_schema::text::clip(compact, 256).to_owned();
         }
         if self.family != Family::Torch {
-            if cut && !self.piece.is_empty() {
+            if cut && !self.last.piece.is_empty() {
                 // The next piece of a line a terminal cut: the line read whole (`… allocate 740` /
                 // `6166528 bytes.`), what the pieces said alone filling the rest.
-                self.piece.push_str(compact);
-                let mut whole = self.before_piece.clone();
-                frameworks::extract(&self.piece, &mut whole);
+                self.last.piece.push_str(compact);
+                let mut whole = self.last.before_piece.clone();
+                frameworks::extract(&self.last.piece, &mut whole);
                 frameworks::extract(compact, &mut self.fields);
                 whole.fill_from(&self.fields);
                 self.fields = whole;
             } else {
                 // Only a line that filled a terminal's width may have a next piece.
-                self.piece.clear();
-                if self.last_width >= MIN_WRAP_WIDTH && compact.len() <= MAX_PIECE_BYTES {
-                    self.before_piece.clone_from(&self.fields);
-                    self.piece.push_str(compact);
+                self.last.piece.clear();
+                if self.last.width >= MIN_WRAP_WIDTH && compact.len() <= MAX_PIECE_BYTES {
+                    self.last.before_piece.clone_from(&self.fields);
+                    self.last.piece.push_str(compact);
                 }
                 frameworks::extract(compact, &mut self.fields);
             }
@@ -1011,11 +1019,11 @@ impl Pending {
     /// terminal's width ([`MIN_WRAP_WIDTH`]), and this one is decorated as a piece ([`wrap_piece`]).
     fn cut_before(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
         let Line { raw, body, c } = *line;
-        self.last_fed + 1 == fed
-            && self.last_width >= MIN_WRAP_WIDTH
-            && self.piece.len() + c.len() <= MAX_PIECE_BYTES
-            && wrap_piece(&self.last_lead, &self.last_start, raw, body, origin)
-                .is_some_and(|lead| self.last_width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+        self.last.fed + 1 == fed
+            && self.last.width >= MIN_WRAP_WIDTH
+            && self.last.piece.len() + c.len() <= MAX_PIECE_BYTES
+            && wrap_piece(&self.last.lead, &self.last.start, raw, body, origin)
+                .is_some_and(|lead| self.last.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
     }
 
     /// True when `line` is the next piece of a line of this event that a terminal cut
@@ -1030,14 +1038,15 @@ impl Pending {
             if self.complete {
                 return false;
             }
+            let joined = format!("{}{}", self.compact, line.c);
             let mut apart = Fields::default();
             pytorch::extract(&self.compact, &mut apart);
             let mut whole = Fields::default();
-            pytorch::extract(&format!("{}{}", self.compact, line.c), &mut whole);
-            return whole != apart || pytorch::complete(&format!("{}{}", self.compact, line.c));
+            pytorch::extract(&joined, &mut whole);
+            return whole != apart || pytorch::complete(&joined);
         }
-        let mut whole = self.before_piece.clone();
-        frameworks::extract(&format!("{}{}", self.piece, line.c), &mut whole);
+        let mut whole = self.last.before_piece.clone();
+        frameworks::extract(&format!("{}{}", self.last.piece, line.c), &mut whole);
         whole.fill_from(&self.fields);
         whole != self.fields
     }
@@ -1209,9 +1218,8 @@ impl LogParser {
                     && wrap_piece(lead(&h.raw, head_body).unwrap_or_default(), &start, raw, body, &origin)
                         .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
             })
-            && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let cut_tail =
-            cut_tail && family.zip(head.as_ref()).is_some_and(|(alone, h)| joined_says_more(&h.c, &c, alone));
+            && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && family.zip(head.as_ref()).is_some_and(|(alone, h)| joined_says_more(&h.c, &c, alone));
         let wrapped = match (generic_only || cut_tail, &head) {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
@@ -1265,7 +1273,7 @@ impl LogParser {
             self.line = this_line;
             if let Some(p) = self.pending.last_mut() {
                 // The head was the line before this one.
-                p.last_fed = fed.saturating_sub(1);
+                p.last.fed = fed.saturating_sub(1);
                 p.push_line(Line { raw, body, c: &c }, &origin, fed);
             }
         } else if let Some(family) = family {
@@ -1425,12 +1433,7 @@ impl LogParser {
             after_frame: false,
             in_traceback: false,
             taken_traceback: None,
-            piece: String::new(),
-            before_piece: Fields::default(),
-            last_width: 0,
-            last_lead: String::new(),
-            last_start: String::new(),
-            last_fed: 0,
+            last: LastLine::default(),
         };
         if family == Family::Vllm
             && let Some((at, profile)) = self.profile.take()
@@ -1557,12 +1560,7 @@ impl LogParser {
             after_frame: false,
             in_traceback: false,
             taken_traceback: None,
-            piece: String::new(),
-            before_piece: Fields::default(),
-            last_width: 0,
-            last_lead: String::new(),
-            last_start: String::new(),
-            last_fed: 0,
+            last: LastLine::default(),
             raw: tb.into_raw(),
         };
         self.close(p, out);
