@@ -123,3 +123,46 @@ fn real_messages_are_attributed_to_their_established_cause() {
     let gap = reliability.max_gap(10).unwrap();
     assert!(gap <= 10.0, "calibration gap {gap:.1} points > 10");
 }
+
+/// The labelled messages hard-wrapped at 100 columns (a terminal's copy) keep their verdicts:
+/// the parser reads a number, a phrase or a frame line the cut split whole. What still changes (a
+/// framework named only in the cut piece of a prefixed line, frames cut inside the path of a
+/// prefixed line, …) is counted so that it cannot grow unnoticed.
+#[test]
+fn hard_wrapped_messages_keep_their_verdicts() {
+    const WIDTH: usize = 100;
+    const MOST_CHANGED: usize = 22;
+    let verdict = |text: &str, expect: &str| {
+        explain_text(text)
+            .into_iter()
+            .find(|e| e.event.kind.as_str() == expect)
+            .map(|e| e.attribution.scenario)
+    };
+    let (mut right, mut right_wrapped, mut changed) = (0, 0, Vec::new());
+    for r in oomlens_corpus::load().expect("corpus") {
+        let Some(label) = &r.label else { continue };
+        let truth: Scenario = label.parse().unwrap();
+        let wrapped: String = r
+            .text
+            .lines()
+            .flat_map(|line| {
+                let chars: Vec<char> = line.chars().collect();
+                let pieces: Vec<String> = chars.chunks(WIDTH).map(|p| p.iter().collect()).collect();
+                if pieces.is_empty() { vec![String::new()] } else { pieces }
+            })
+            .map(|l| l + "\n")
+            .collect();
+        let plain = verdict(&r.text, &r.expect);
+        let cut = verdict(&wrapped, &r.expect);
+        right += usize::from(plain == Some(truth));
+        right_wrapped += usize::from(cut == Some(truth));
+        if cut != plain {
+            changed.push(r.id);
+        }
+    }
+    println!(
+        "hard-wrapped at {WIDTH} columns: {right_wrapped} right (unwrapped {right}), {} verdicts changed",
+        changed.len()
+    );
+    assert!(changed.len() <= MOST_CHANGED, "{} changed: {}", changed.len(), changed.join(" "));
+}
