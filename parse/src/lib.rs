@@ -1028,8 +1028,9 @@ impl Pending {
 
     /// True when `line` is the next piece of a line of this event that a terminal cut
     /// ([`Self::cut_before`]) and the two read whole say more than apart: a number or a phrase
-    /// runs across the cut (`… requested buffer of size 2830` / `172160`). Asked of a line no
-    /// event takes by its own words.
+    /// runs across the cut (`… requested buffer of size 2830` / `172160`, `… at …/THC/generic` /
+    /// `/THCStorage.cu:58`, old PyTorch's own storage). Asked of a line no event takes by its own
+    /// words.
     fn continued_by_wrap(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
         if !self.cut_before(line, origin, fed) || self.in_traceback {
             return false;
@@ -1045,10 +1046,11 @@ impl Pending {
             pytorch::extract(&joined, &mut whole);
             return whole != apart || pytorch::complete(&joined);
         }
+        let joined = format!("{}{}", self.last.piece, line.c);
         let mut whole = self.last.before_piece.clone();
-        frameworks::extract(&format!("{}{}", self.last.piece, line.c), &mut whole);
+        frameworks::extract(&joined, &mut whole);
         whole.fill_from(&self.fields);
-        whole != self.fields
+        whole != self.fields || hint::message_hint(&joined) != hint::message_hint(&self.last.piece)
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
