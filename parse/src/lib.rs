@@ -714,9 +714,9 @@ fn looks_like_tail(head: &str, line: &str) -> bool {
 }
 
 /// True when a held line (compact `head`) and the next (compact `c`, read alone as `alone`'s
-/// failure) read together say more than the line alone: another program's failure (`…
-/// ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422` / `00 MiB on device 0: cudaMalloc
-/// failed: out of memory` is llama.cpp's, not MXNet's) or more numbers.
+/// failure) read together say more than the line alone: another family's failure, another
+/// program's words (`… ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422` / `00 MiB on
+/// device 0: cudaMalloc failed: out of memory` is llama.cpp's, not MXNet's) or more numbers.
 fn joined_says_more(head: &str, c: &str, alone: Family) -> bool {
     let joined = format!("{head}{c}");
     let read = |t: &str, family: Family| {
@@ -730,7 +730,10 @@ fn joined_says_more(head: &str, c: &str, alone: Family) -> bool {
     };
     match frameworks::detect(&joined) {
         Some(f) if f != alone => true,
-        Some(f) => read(&joined, f) != read(c, f),
+        Some(f) => {
+            frameworks::framework(f.bit(), &joined, None) != frameworks::framework(f.bit(), c, None)
+                || read(&joined, f) != read(c, f)
+        }
         None => false,
     }
 }

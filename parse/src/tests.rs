@@ -151,8 +151,8 @@ fn a_loggers_next_line_is_not_a_piece() {
 fn a_failure_cut_from_its_program_is_read_with_it() {
     let events = parse_all([
         "llama_kv_cache_unified: KV self size  = 51200.00 MiB, K (f16): 25600.00 MiB, V (f16): 25600.00 MiB",
-        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 42200.00 MiB on device 0: cudaMalloc fa",
-        "iled: out of memory",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating the compute buffer of 422",
+        "00 MiB on device 0: cudaMalloc failed: out of memory",
     ]);
     assert_eq!(kinds(&events), [("cuda_oom", "llama.cpp", 2)]);
     let events = parse_all([
