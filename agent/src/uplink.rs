@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use oomlens_schema::retry::Backoff;
 use oomlens_schema::telemetry::Readiness;
 use oomlens_schema::tls::{Reload, TlsError, TlsFiles, TlsMaterial, TlsWatch, client_config_from};
 use oomlens_schema::transport::{TransportError, read_frame, write_frame};
@@ -401,7 +402,8 @@ impl Uplink {
         endpoint.set_default_client_config(self.client_config.clone());
         let n = self.cfg.collectors.len();
         let mut next = first_collector(&self.hello.agent_id, n);
-        let mut backoff = self.cfg.backoff_initial;
+        // Jittered: agents that lost the same collector do not all come back at once.
+        let mut backoff = Backoff::new(self.cfg.backoff_initial, self.cfg.backoff_max);
         loop {
             if self.is_drained() || *stop.borrow() {
                 break;
@@ -414,24 +416,28 @@ impl Uplink {
                 _ = stop.changed() => break,
             };
             self.shared.set_live(self.ready.as_ref(), false);
+            // A session that lasted a while was a success: start the back-off again.
+            if started.elapsed() > Duration::from_secs(10) {
+                backoff.reset();
+            }
+            let wait = backoff.wait(rand::random());
             match outcome {
                 Ok(()) => break,
                 Err(e) => {
                     self.shared.metrics.connect_failed(e.reason());
-                    warn!(collector = %target, error = %e, retry_in_ms = backoff.as_millis() as u64, "uplink session ended");
+                    warn!(collector = %target, error = %e, retry_in_ms = wait.as_millis() as u64, "uplink session ended");
                 }
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                backoff = self.cfg.backoff_initial;
             }
             next = (next + 1) % n;
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = stop.changed() => break,
             }
-            backoff = (backoff * 2).min(self.cfg.backoff_max);
         }
         self.shared.set_live(self.ready.as_ref(), false);
+        // A session cut short by `stop` may still be open (its batches unacknowledged, kept alive
+        // by keep-alives): close it, so the wait below is the close's, not the collector's.
+        endpoint.close(0u32.into(), b"agent stopping");
         endpoint.wait_idle().await;
         Ok(())
     }
@@ -514,7 +520,7 @@ impl Uplink {
         // Acks arrive on their own task so that a blocked write never stalls them (and reads are
         // never cancelled half-way through a frame).
         let (ack_tx, mut ack_rx) = mpsc::channel::<Result<Frame, SessionError>>(64);
-        let reader = tokio::spawn(async move {
+        let reader = AbortOnDrop(tokio::spawn(async move {
             let mut buf = Vec::new();
             loop {
                 let item = match read_frame(&mut recv, &mut buf).await {
@@ -527,7 +533,7 @@ impl Uplink {
                     break;
                 }
             }
-        });
+        }));
         let result = self.stream_batches(&mut send, &mut ack_rx, welcome.last_acked_seq).await;
         if result.is_ok() {
             // Finish our side and let the collector close the connection once it has seen the end
@@ -535,7 +541,7 @@ impl Uplink {
             let _ = send.finish();
             let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
         }
-        reader.abort();
+        drop(reader);
         result
     }
 
@@ -613,6 +619,16 @@ impl Uplink {
         if drained {
             self.shared.drained.notify_waiters();
         }
+    }
+}
+
+/// Aborts its task when dropped: the ack reader ends with its session, also when the session's
+/// future is dropped half-way (a stop), instead of holding the connection's stream open.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -55,6 +55,10 @@ pub struct CollectorSection {
     pub max_bytes_in_flight: u64,
     /// Cap on frame bytes accepted from one connection but not yet stored.
     pub max_connection_bytes_in_flight: u64,
+    /// How long a stopping collector keeps trying to store the batches it has taken, ms. After it
+    /// the collector exits without them: they were never acknowledged, so their agents send them
+    /// again (to this collector once it is back, or to another).
+    pub shutdown_flush_timeout_ms: u64,
 }
 
 /// Smallest accepted byte cap (a frame larger than a cap is charged the whole cap).
@@ -88,6 +92,7 @@ impl Default for CollectorSection {
             max_memory_bytes: 2 << 30,
             max_bytes_in_flight: 0,
             max_connection_bytes_in_flight: 32 << 20,
+            shutdown_flush_timeout_ms: 20_000,
         }
     }
 }

@@ -171,6 +171,7 @@ pub struct RunningCollector {
     tls: crate::ingest::auth::TlsReloader,
     server: JoinHandle<()>,
     sink_task: crate::clickhouse::SinkTask,
+    shutdown_flush: Duration,
     background: Vec<JoinHandle<()>>,
     alerts: Option<Alerting>,
 }
@@ -186,9 +187,19 @@ impl RunningCollector {
         if let Some(alerts) = self.alerts {
             alerts.shutdown(ALERT_SHUTDOWN_GRACE).await;
         }
-        // The server's sink handles are gone now; the writer flushes and exits.
-        if let Err(e) = self.sink_task.join().await {
-            error!(error = %e, "ClickHouse writer ended abnormally");
+        // The server's sink handles are gone now; the writer flushes and exits, or is stopped
+        // after `collector.shutdown_flush_timeout_ms` (ClickHouse down): what it held was never
+        // acknowledged, so the agents send it again.
+        match self.sink_task.join_within(self.shutdown_flush).await {
+            Ok(true) => {}
+            Ok(false) => error!(
+                batches = self.sink_stats.unstored(),
+                timeout_ms = self.shutdown_flush.as_millis() as u64,
+                last_error = self.sink_stats.last_error().unwrap_or_default(),
+                "ClickHouse writer stopped before it could store every batch; they were not acknowledged and \
+                 their agents send them again"
+            ),
+            Err(e) => error!(error = %e, "ClickHouse writer ended abnormally"),
         }
         info!("collector stopped");
     }
@@ -308,6 +319,7 @@ pub async fn start(
         tls,
         server,
         sink_task,
+        shutdown_flush: Duration::from_millis(cfg.collector.shutdown_flush_timeout_ms),
         background,
         alerts,
     })

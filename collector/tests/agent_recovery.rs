@@ -379,3 +379,53 @@ async fn a_torn_and_corrupt_spool_is_repaired_and_the_rest_replays() {
     .await;
     assert_exactly_once(&db, node, seed, start2, &(0..10).collect(), 10, Events::OfSeconds).await;
 }
+
+/// (d) A collector that takes the batches but cannot store them (its ClickHouse died after the
+/// session began) never acknowledges them: the agent stops at its drain timeout, with the batches
+/// still pending, although its session is open (an open session must not hold it past the
+/// deadline), and the collector stops after its flush timeout without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_stops_at_its_drain_timeout_while_its_session_waits_for_acks() {
+    let t0 = std::time::Instant::now();
+    let mut ch = start_clickhouse();
+    let dir = tempfile::tempdir().unwrap();
+    let node = "node-unacked";
+    let pki = pki(dir.path(), &[node]);
+    let addr = reserve_addr();
+    let mut ccfg = collector_config(&pki, &ch.url(), addr);
+    ccfg.clickhouse.request_timeout_ms = 1_000;
+    ccfg.collector.shutdown_flush_timeout_ms = 1_000;
+    let (collector, _stop) = start_collector(ccfg).await;
+    step!(t0, "collector up");
+
+    // 200 simulated seconds at 20×: ten seconds of streaming, then a drain of two.
+    let mut cfg = agent_config(&pki, node, addr, 71, 200, 20.0);
+    cfg.uplink.drain_timeout_ms = 2_000;
+    let agent = spawn_agent(cfg);
+    let db = client(&ch.url());
+    let mut stored = 0;
+    for _ in 0..100 {
+        stored = count(&db, &format!("SELECT count() FROM oomlens.gpu_samples WHERE node = '{node}'")).await;
+        if stored > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(stored > 0, "the agent's session never stored anything");
+    ch.kill().unwrap();
+    let killed = std::time::Instant::now();
+    step!(t0, "ClickHouse killed while the agent streams");
+    let totals = tokio::time::timeout(Duration::from_secs(60), agent)
+        .await
+        .expect("the agent stops once its drain timeout has passed")
+        .unwrap();
+    step!(t0, "agent stopped {:?} after the kill", killed.elapsed());
+    assert!(totals.acked_batches > 0 && totals.pending_batches > 0, "{totals:?}");
+    // The collector too: it stops trying to store what it holds after its flush timeout.
+    let stats = collector.sink_stats.clone();
+    tokio::time::timeout(Duration::from_secs(60), collector.shutdown())
+        .await
+        .expect("the collector stops once its flush timeout has passed");
+    assert!(stats.unstored() > 0, "the collector held batches it could not store");
+    step!(t0, "collector stopped");
+}

@@ -395,6 +395,8 @@ async fn replicated_shards_survive_dead_replicas_and_a_zookeeper_outage() {
         );
         return;
     }
+    // A failure shows why: the collectors' insert errors, the agents' session errors.
+    show_warnings();
     let started = Instant::now();
     let mut zk = DevZooKeeper::start().unwrap();
     let mut servers =
@@ -428,9 +430,10 @@ async fn replicated_shards_survive_dead_replicas_and_a_zookeeper_outage() {
     // The drain outlasts the outage: 18.16 replicas restart only once they reach ZooKeeper
     // again, which on a loaded machine took over a minute (an agent stops as soon as everything
     // is acknowledged, so the long limit costs nothing when they are quick).
+    let drain = Duration::from_secs(360);
     let agent = |node: &str, to: SocketAddr, seed: u64| {
         let mut cfg = agent_config(&pki, node, to, seed, 240, 4.0);
-        cfg.uplink.drain_timeout_ms = 240_000;
+        cfg.uplink.drain_timeout_ms = drain.as_millis() as u64;
         spawn_agent(cfg)
     };
     let mut agents = Vec::new();
@@ -460,9 +463,16 @@ async fn replicated_shards_survive_dead_replicas_and_a_zookeeper_outage() {
         }
     }
     eprintln!("replicas back at {:?}", started.elapsed());
+    // Every agent has stopped by its drain deadline (a minute of streaming, then the drain).
+    let stopped_by = tokio::time::Instant::now() + drain + Duration::from_secs(60);
     let mut sent = Vec::new();
     for a in agents {
-        sent.push(tokio::time::timeout(Duration::from_secs(300), a).await.unwrap().unwrap());
+        sent.push(
+            tokio::time::timeout_at(stopped_by, a)
+                .await
+                .expect("agents stop by their drain deadline")
+                .unwrap(),
+        );
     }
     for (c, _stop) in collectors {
         c.shutdown().await;

@@ -8,6 +8,7 @@
 //!   `oomlens fit`.
 //! * [`memory`] — the memory arithmetic of a job shape (bytes per parameter by precision and
 //!   optimizer, model states under TP / PP / ZeRO), shared by the attribution and `oomlens fit`.
+//! * [`retry`] — exponential back-off with jitter, for everything that retries.
 //! * [`text`] — cutting strings on character boundaries, and the clock in epoch milliseconds.
 //! * `ddl` / `rows` (feature `clickhouse`) — the ClickHouse tables, rendered per server version,
 //!   and the row structs the collector inserts.
@@ -23,6 +24,7 @@ pub mod frame;
 pub mod gpu;
 pub mod limits;
 pub mod memory;
+pub mod retry;
 pub mod scenario;
 pub mod text;
 pub mod wire;

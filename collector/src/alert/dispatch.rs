@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
-use rand::Rng as _;
+use oomlens_schema::retry::jittered;
 use tokio::task::JoinHandle;
 
 use super::AlertError;
@@ -150,8 +150,7 @@ impl RetryPolicy {
     /// server's `Retry-After` instead when it asked for longer (capped at `max` too).
     pub fn backoff(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
         let ceiling = self.initial.saturating_mul(1u32 << retry.min(20)).min(self.max);
-        let half = ceiling / 2;
-        let jittered = half + rand::rng().random_range(Duration::ZERO..=ceiling - half);
+        let jittered = jittered(ceiling, rand::random());
         match retry_after {
             Some(asked) if asked > jittered => asked.min(self.max),
             _ => jittered,

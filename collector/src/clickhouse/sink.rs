@@ -11,7 +11,7 @@
 //! `process_samples` in each lane), then `oom_events`, then `agents` — and completes every waiting
 //! `store`. Up to `insert_concurrency` flushes insert at once; each writes its `agents` rows only
 //! after the previous flush wrote its own, and completes its waiters after that. When an insert fails (ClickHouse down or slow) it retries the same rows with
-//! exponential backoff (100 ms → 5 s), keeps the waiters pending and stops taking batches from the
+//! exponential backoff with jitter (100 ms → 5 s), keeps the waiters pending and stops taking batches from the
 //! queue: rows are never dropped, and nothing is acknowledged that is not stored. Tables whose
 //! insert already succeeded are not written again on retry. Each `INSERT` stays below
 //! ClickHouse's block size and is therefore atomic; only an insert whose response is lost after
@@ -38,6 +38,7 @@ use bytes::Bytes;
 use clickhouse::{RowOwned, RowWrite};
 use oomlens_schema::Batch;
 use oomlens_schema::ddl::ServerCaps;
+use oomlens_schema::retry::Backoff;
 use oomlens_schema::rows::{AgentRow, GpuSampleRow, OomEventRow, ProcessSampleRow, TableRow};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{mpsc, oneshot};
@@ -103,6 +104,11 @@ pub struct SinkStats {
 }
 
 impl SinkStats {
+    /// Batches taken by `store` and not stored yet: queued, or with the writer.
+    pub fn unstored(&self) -> u64 {
+        self.queue_depth.load(Ordering::Relaxed) + self.pending_batches.load(Ordering::Relaxed)
+    }
+
     /// The most recent insert error (kept after recovery, for diagnostics).
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -215,6 +221,19 @@ impl SinkTask {
     /// Waits for the writer to flush and exit.
     pub async fn join(self) -> Result<(), SinkError> {
         self.handle.await.map_err(|e| SinkError::Writer(e.to_string()))
+    }
+
+    /// [`Self::join`] for at most `limit`; then the writer is stopped. `Ok(false)`: it was stopped
+    /// with rows not stored (ClickHouse down or refusing them). Those batches were never
+    /// acknowledged: their agents keep them and send them again.
+    pub async fn join_within(mut self, limit: Duration) -> Result<bool, SinkError> {
+        match tokio::time::timeout(limit, &mut self.handle).await {
+            Ok(joined) => joined.map(|()| true).map_err(|e| SinkError::Writer(e.to_string())),
+            Err(_) => {
+                self.handle.abort();
+                Ok(false)
+            }
+        }
     }
 
     /// True once the writer has exited.
@@ -526,7 +545,9 @@ impl Flusher {
         mut after: Option<oneshot::Receiver<()>>,
         committed: oneshot::Sender<()>,
     ) -> Result<(), Crashed> {
-        let mut backoff = BACKOFF_START;
+        // Jittered: flushes that failed together (two collectors' quorum inserts colliding on a
+        // replicated shard) do not retry together.
+        let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -534,6 +555,7 @@ impl Flusher {
                 Ok(()) => break,
                 Err(WriteError::Crashed) => return Err(Crashed),
                 Err(WriteError::Ch(e)) => {
+                    let wait = backoff.wait(rand::random());
                     self.stats.insert_failing.store(true, Ordering::Relaxed);
                     self.stats.insert_errors.fetch_add(1, Ordering::Relaxed);
                     self.stats.set_last_error(&e);
@@ -541,12 +563,11 @@ impl Flusher {
                         error = %e,
                         collector_id = %self.collector_id,
                         attempt,
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = wait.as_millis() as u64,
                         batches = pending.waiters.len(),
                         "ClickHouse insert failed; retrying the same rows"
                     );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

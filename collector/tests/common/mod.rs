@@ -188,6 +188,14 @@ pub fn spawn_agent(
     })
 }
 
+/// Sends the in-process collectors' and agents' warnings and errors to the test's captured output,
+/// which the runner prints when the test fails (`RUST_LOG` sets another level). Once per process.
+pub fn show_warnings() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().with_ansi(false).try_init();
+}
+
 /// `SELECT count() …` as u64.
 pub async fn count(ch: &clickhouse::Client, sql: &str) -> u64 {
     ch.query(sql).fetch_one::<u64>().await.unwrap_or_else(|e| panic!("{sql}: {e}"))
