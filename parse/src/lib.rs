@@ -1060,6 +1060,11 @@ impl Pending {
         if self.takes_traceback(body) {
             return true;
         }
+        // The program reporting what the failure cost it: `Stable diffusion model failed to
+        // load` after the message places the failure at load.
+        if phase::model_load_failed(compact) {
+            return true;
+        }
         if self.family == Family::Torch {
             // Frames printed after a complete message (debuggers print innermost first), each
             // with its source line.

@@ -9,7 +9,7 @@
 //!
 //! | rank | phase | clues (function names, source lines, message words) |
 //! |---|---|---|
-//! | 1 | `load` | `from_pretrained`, `load_state_dict`, `load_checkpoint`, `load_model`, `dispatch_model`, `Module.to` / `.cuda()` / `.half()` / `_apply` inside `torch/nn/modules/module.py`, `model.to(` / `model.cuda(` in user code; engine start-up: vLLM's `profile_run`, `determine_num_available_blocks`, `_initialize_kv_caches`, `capture_model`, the KV-cache and free-memory start-up checks, sampler warm-up; llama.cpp `llama_model_load` / `llama_kv_cache_init` / compute-buffer reservation, node-llama-cpp's context check; ExLlamaV2 `load_autosplit` / `Insufficient VRAM for model and cache`; SGLang `--mem-fraction-static`; TGI warm-up; `Loading checkpoint shards` |
+//! | 1 | `load` | `from_pretrained`, `load_state_dict`, `load_checkpoint`, `load_model`, `dispatch_model`, `Module.to` / `.cuda()` / `.half()` / `_apply` inside `torch/nn/modules/module.py`, `model.to(` / `model.cuda(` in user code; engine start-up: vLLM's `profile_run`, `determine_num_available_blocks`, `_initialize_kv_caches`, `capture_model`, the KV-cache and free-memory start-up checks, sampler warm-up; llama.cpp `llama_model_load` / `llama_kv_cache_init` / compute-buffer reservation, node-llama-cpp's context check; ExLlamaV2 `load_autosplit` / `Insufficient VRAM for model and cache`; SGLang `--mem-fraction-static`; TGI warm-up; `Loading checkpoint shards`; a program's own report that a model, its weights or a checkpoint failed to load (`Failed to load SDXL model`, `could not load model`; the line right after the failure is read with it) |
 //! | 2 | `optimizer_init` | the optimizer creating its state (`_init_group` at `zeros_like` / `state[…]`, DeepSpeed `initialize_optimizer_states`, `_create_fp32_partitions`, `_configure_optimizer`) |
 //! | 3 | `backward` | `backward`, `run_backward`, `_engine_run_backward`, `loss.backward(` |
 //! | 4 | `optimizer_step` | `torch/optim` `step`, `_single_tensor_*` / `_multi_tensor_*` / `_fused_*`, `optimizer.step(`, `clip_grad_norm_` |
@@ -370,7 +370,34 @@ pub fn phase_of(lines: &[&str], compact: &str) -> Option<PhaseFinding> {
             consider(*p, format!("message: {what}"));
         }
     }
+    if model_load_failed(compact) {
+        consider(Phase::Load, "message: the program reports a model that failed to load".to_owned());
+    }
     best.map(|(phase, clue)| PhaseFinding { phase, clue })
+}
+
+/// A program's own report that loading a model failed: `Exception: Failed to load SDXL model`,
+/// `Stable diffusion model failed to load`, `could not load model`, `Unable to load checkpoint`.
+/// The failure happened while the model was being placed on the device. What failed to load must
+/// be a model, its weights or a checkpoint, named within a few words of the verb: `Error loading
+/// "…\cudnn_adv_train64_8.dll"` (a library) and `Failed to load in-memory CUBIN` (a kernel) are
+/// not. `compact` is the compact form (`text::compact`).
+pub(crate) fn model_load_failed(compact: &str) -> bool {
+    const VERBS: &[&str] =
+        &["failedtoload", "unabletoload", "couldnotload", "cannotload", "errorwhileloading", "errorloading"];
+    const OBJECTS: &[&str] = &["model", "checkpoint", "weights"];
+    /// Compact characters after the verb that may hold the object (`thesdxlmodel`, `meta-llama-3-8b/original` is too far).
+    const WINDOW: usize = 16;
+    if compact.contains("modelfailedtoload") {
+        return true;
+    }
+    VERBS.iter().any(|verb| {
+        compact.match_indices(verb).any(|(at, _)| {
+            let rest = &compact[at + verb.len()..];
+            let end = rest.char_indices().nth(WINDOW).map_or(rest.len(), |(i, _)| i);
+            OBJECTS.iter().any(|o| rest[..end].contains(o))
+        })
+    })
 }
 
 #[cfg(test)]
@@ -381,6 +408,26 @@ mod tests {
     fn phase(text: &str) -> Option<Phase> {
         let lines: Vec<&str> = text.lines().collect();
         phase_of(&lines, &compact(text)).map(|f| f.phase)
+    }
+
+    #[test]
+    fn a_model_that_failed_to_load_places_the_failure_at_load() {
+        for text in [
+            "torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\n\nException: Failed to load SDXL model",
+            "RuntimeError: CUDA out of memory.\nStable diffusion model failed to load",
+            "error=\"could not load model (no success): Unexpected err=OutOfMemoryError(\"CUDA out of memory.\")\"",
+            "ValueError: Unable to load checkpoint: CUDA out of memory.",
+        ] {
+            assert_eq!(phase(text), Some(Phase::Load), "{text}");
+        }
+        // What failed to load is not a model: a library, a kernel image, a page of data.
+        for text in [
+            "OSError: [WinError 1455] The paging file is too small. Error loading \"C:\\torch\\lib\\cudnn_adv_train64_8.dll\" or one of its dependencies.",
+            "XlaRuntimeError: INTERNAL: Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+            "failed to load the image batch for the model: CUDA out of memory",
+        ] {
+            assert_eq!(phase(text), None, "{text}");
+        }
     }
 
     #[test]

@@ -212,6 +212,30 @@ fn a_wrappers_re_raise_is_one_event() {
     assert_eq!(kinds(&events), [("cuda_oom", "cuda", 1), ("cuda_oom", "cuda", 7)]);
 }
 
+/// A program reporting, right after the failure, that a model failed to load (llama.cpp's
+/// `error loading model:` after Vulkan's refusal, LocalAI's `could not load model`) places the
+/// failure at load; the report is part of the event, not another failure.
+#[test]
+fn a_model_that_failed_to_load_is_read_with_its_failure() {
+    let events = parse_all([
+        "Error allocating memory ErrorOutOfDeviceMemory",
+        "error loading model: Error allocating vulkan memory.",
+        "llama_load_model_from_file_internal: failed to load model",
+    ]);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(Phase::Load));
+    let events = parse_all([
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB total capacity; 3.39 GiB already allocated; 0 bytes free; 3.45 GiB reserved in total by PyTorch)",
+        "Stable diffusion model failed to load",
+        "Loading weights [31e35c80fc] from /models/v1-5-pruned-emaonly.safetensors",
+    ]);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].phase.as_ref().map(|p| p.phase), events[0].fields.capacity),
+        (Some(Phase::Load), Some(4 << 30))
+    );
+}
+
 #[test]
 fn traceback_is_part_of_the_event() {
     let text = format!(
