@@ -202,7 +202,7 @@ fn real_parser_on_fixture_logs_written_while_following() {
     let mut f = make();
     let mut clock = Instant::now();
     assert!(f.poll(clock).is_empty());
-    let names = ["cri", "docker", "pytorch_v1", "pytorch_v2", "tensorflow", "jax"];
+    let names = ["cri", "docker", "structured", "pytorch_v1", "pytorch_v2", "tensorflow", "jax"];
     let mut got = Vec::new();
     for name in names {
         let text = std::fs::read_to_string(

@@ -2,6 +2,12 @@
 //! The OOM log parser against its fixture corpus (`tests/fixtures/logs/*.log`, one per family of
 //! messages, each with the exact `parse --json` output in `*.expected.jsonl`), the real binary on
 //! one fixture, and the simulator's messages parsed back to the simulator's own event fields.
+//!
+//! `structured.log` holds messages of three corpus records (`pytorch-haoming02-sd-webui-forge-
+//! classic-395`, `vllm-vllm-project-vllm-10439`, `pytorch-pinokiofactory-flux-webui-25`) as JSON
+//! carries them: a python-json-logger record with the traceback in `exc_info`, a server's JSON
+//! error response after a prefix, and Docker json-file lines around a JSON logger's records; its
+//! events have the numbers the plain records give.
 
 use std::path::{Path, PathBuf};
 

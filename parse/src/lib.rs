@@ -28,6 +28,8 @@
 //! * `mixed.rs` — job-log and kernel lines in one stream, through both parsers; `command.rs` —
 //!   reading whole files or stdin that way (`oomlens-agent parse`).
 //! * `units.rs` — exact sizes (`1.50 GiB`, `372.76MiB`, `33554432 bytes`, `1,073,741,824 bytes`).
+//! * `structured.rs` — a line holding a JSON record (a JSON logger's, a server's error response):
+//!   read as the lines its values carry.
 //! * `text.rs` — the bounded, cleaned view of a line, the compact (wrap-proof) form of a message,
 //!   and the substring searches every table uses (`has`, `after`: quick on a miss).
 //!
@@ -104,6 +106,7 @@ pub mod phase;
 pub mod prefix;
 pub mod pytorch;
 pub mod runner;
+pub mod structured;
 pub mod text;
 pub mod units;
 
@@ -1161,7 +1164,16 @@ impl LogParser {
 
     /// Feeds a line whose number in its file is `number` (1-based): for callers that join
     /// physical lines (CRI / Docker partial lines) and report where each logical line began.
+    /// A line holding a JSON record (`structured.rs`) is read as the lines its values carry, each
+    /// numbered as the record's line.
     pub fn feed_numbered_line(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
+        match structured::expand(line) {
+            Some(lines) => lines.iter().flat_map(|l| self.feed_one(number, l)).collect(),
+            None => self.feed_one(number, line),
+        }
+    }
+
+    fn feed_one(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
         self.fed += 1;
         let fed = self.fed;
         self.line = number;

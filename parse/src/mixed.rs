@@ -6,7 +6,7 @@
 //! a paste and a followed file give the same events.
 
 use crate::kernel::{KmsgParser, kernel_message};
-use crate::{LogParser, ParsedOom, text};
+use crate::{LogParser, ParsedOom, structured, text};
 
 /// The job-log parser and the kernel-line parser side by side.
 #[derive(Debug, Default)]
@@ -25,8 +25,16 @@ impl MixedParser {
     }
 
     /// Feeds physical line `number`; returns the events it completes. A kernel line becomes its
-    /// kernel event and is not shown to the job-log parser.
+    /// kernel event and is not shown to the job-log parser. A line holding a JSON record is read
+    /// as the lines its values carry (`structured.rs`), each routed on its own.
     pub fn feed_numbered_line(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
+        match structured::expand(line) {
+            Some(lines) => lines.iter().flat_map(|l| self.feed_one(number, l)).collect(),
+            None => self.feed_one(number, line),
+        }
+    }
+
+    fn feed_one(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
         let bounded = text::bounded(line);
         let message = kernel_message(bounded);
         if let Some(e) = self.kernel.parse_message(message) {

@@ -69,13 +69,18 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 }
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
-/// carry them: Windows line ends, trailing blanks, terminal colours, a stamp on every line
-/// (`kubectl logs --timestamps`), quote markers, and a uniform indent (a paste inside a list).
+/// carry them: Windows line ends, a JSON logger's record per line, trailing blanks, terminal
+/// colours, a stamp on every line (`kubectl logs --timestamps`), quote markers, and a uniform
+/// indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 7] = [
+    const DECORATIONS: [(&str, Decorate); 8] = [
         ("CRLF", |l| format!("{l}\r")),
+        // A JSON logger's record per line (`structured.rs`).
+        ("JSON records", |l| {
+            serde_json::json!({"time": "2024-05-01T12:00:00Z", "level": "error", "msg": l}).to_string()
+        }),
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
         ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
@@ -168,4 +173,45 @@ fn hard_wrapped_records_keep_their_event() {
     }
     println!("hard-wrapped at {WIDTH} columns: {} records lost their event", lost.len());
     assert!(lost.len() <= MOST_LOST, "{} lost: {}", lost.len(), lost.join(" "));
+}
+
+/// A record's whole text inside one JSON document — a server's error response (`{"error":
+/// {"code": 500, "message": "…"}}`), a JSON logger's record with the traceback in a field — is
+/// one line whose newlines are escaped: read as the lines it carries (`structured.rs`, kernel
+/// lines among them routed to the kernel parser), it gives the record's events with the same
+/// numbers, phase, hint and evidence (all on the document's line, so compared in any order).
+#[test]
+fn records_inside_one_json_document_keep_their_events() {
+    let records = oomlens_corpus::load().expect("corpus");
+    let what = |events: Vec<ParsedOom>| -> Vec<String> {
+        let mut said: Vec<String> = events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {:?} {:?} {:?} {:?}",
+                    e.kind.as_str(),
+                    e.framework,
+                    e.fields,
+                    e.phase.as_ref().map(|p| p.phase),
+                    e.hint,
+                    e.host_evidence
+                )
+            })
+            .collect();
+        said.sort();
+        said
+    };
+    let mut changed = Vec::new();
+    for r in records.iter().filter(|r| r.expect != "none") {
+        let document = serde_json::json!({"error": {"code": 500, "message": r.text.trim_end()}}).to_string();
+        if what(parse(&document)) != what(parse(&r.text)) {
+            changed.push(r.id.as_str());
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "{} read otherwise inside a JSON document: {}",
+        changed.len(),
+        changed.join(" ")
+    );
 }

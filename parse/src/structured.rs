@@ -1,0 +1,305 @@
+//! Structured log records: a line that holds a JSON object carries the job's text in its string
+//! values, its newlines escaped — a JSON logger's record (python-json-logger, structlog, loguru's
+//! `serialize`, a Go service's JSON handler) with the message and the traceback in fields, or a
+//! server's error response (`{"error": {"code": 500, "message": "CUDA out of memory. …"}}`).
+//! Read as one line, such a record gives a message with `\n` in it and a traceback the frame
+//! grammar cannot see. [`expand`] gives back the lines the record's values carry, in order, so
+//! they are read as if printed.
+//!
+//! * The object may follow a prefix (`ERROR 12:00:01 api: {"detail": "…"}`): the prefix is kept
+//!   in front of the first line.
+//! * Keys are not text; the values of the record's metadata keys ([`METADATA_KEYS`]: level, time,
+//!   logger, thread, file and line, …) are skipped. Other scalars are kept as `key: value`
+//!   (`exitCode: 137` is a host-memory kill's evidence).
+//! * A record a paste cut short (no closing quote or brace) is read as far as it goes.
+//! * Escapes are decoded as JSON defines them (`\\` is one backslash, so a Windows path's
+//!   `torch\nn\modules` is never a line break).
+//! * Bounded: at most [`MAX_RECORD_BYTES`] of the line are read and [`MAX_LINES`] lines returned.
+
+/// Most bytes of one record that are read (a larger record is read to there, as if cut).
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// Most lines one record expands to.
+pub const MAX_LINES: usize = 512;
+
+/// Keys whose values say where and when a record was logged, not what: skipped.
+pub const METADATA_KEYS: &[&str] = &[
+    "@timestamp",
+    "asctime",
+    "caller",
+    "created",
+    "filename",
+    "func_name",
+    "funcname",
+    "host",
+    "hostname",
+    "level",
+    "levelname",
+    "levelno",
+    "lineno",
+    "logger",
+    "logger_name",
+    "lvl",
+    "module",
+    "msecs",
+    "pathname",
+    "pid",
+    "process",
+    "processname",
+    "relativecreated",
+    "severity",
+    "source",
+    "stream",
+    "taskname",
+    "thread",
+    "thread_name",
+    "threadname",
+    "tid",
+    "time",
+    "timestamp",
+    "ts",
+];
+
+/// The lines a JSON record on `line` carries, in order; `None` when `line` holds no JSON object
+/// (`{` then a key: `"…":`) or the object carries no text.
+pub fn expand(line: &str) -> Option<Vec<String>> {
+    let start = object_start(line)?;
+    let prefix = line[..start].trim();
+    let mut end = line.len().min(start + MAX_RECORD_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let values = values(&line[start..end])?;
+    let mut out: Vec<String> = Vec::new();
+    for (key, value) in values {
+        if METADATA_KEYS.iter().any(|k| k.eq_ignore_ascii_case(&key)) {
+            continue;
+        }
+        let text = match value {
+            Value::Text(t) => t,
+            Value::Scalar(s) => format!("{key}: {s}"),
+        };
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        for l in text.split('\n') {
+            if out.len() == MAX_LINES {
+                return Some(out);
+            }
+            let l = l.strip_suffix('\r').unwrap_or(l);
+            if out.is_empty() && !prefix.is_empty() {
+                out.push(format!("{prefix} {l}"));
+            } else {
+                out.push(l.to_owned());
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A value of the record: text (a string), or a number, `true`, `false`, `null` as printed.
+#[derive(Debug, PartialEq)]
+enum Value {
+    Text(String),
+    Scalar(String),
+}
+
+/// Where a JSON object begins: a `{` followed (after blanks) by a key's opening quote.
+fn object_start(line: &str) -> Option<usize> {
+    let bytes = line.as_bytes();
+    let mut from = 0;
+    while let Some(i) = line[from..].find('{').map(|i| from + i) {
+        let after = line[i + 1..].trim_start();
+        if after.starts_with('"') {
+            // A key: its string is followed by `:`.
+            let rest = &line[line.len() - after.len()..];
+            let (_, used) = string(rest)?;
+            if rest[used..].trim_start().starts_with(':') {
+                return Some(i);
+            }
+        }
+        from = i + 1;
+        if from >= bytes.len() {
+            break;
+        }
+    }
+    None
+}
+
+/// The (key, value) pairs of the object at the start of `text`, nested objects and arrays
+/// flattened in order (a value in an array takes the array's key). `None` when nothing is read.
+fn values(text: &str) -> Option<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    let mut key = String::new();
+    let mut i = 0;
+    let b = text.as_bytes();
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let (s, used) = string(&text[i..])?;
+                i += used;
+                let after = text[i..].trim_start();
+                if after.starts_with(':') {
+                    key = s;
+                    i = text.len() - after.len() + 1;
+                } else {
+                    out.push((key.clone(), Value::Text(s)));
+                }
+            }
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                let len = text[i..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '+' | '.')))
+                    .unwrap_or(text.len() - i);
+                let token = &text[i..i + len];
+                if matches!(token, "true" | "false" | "null") || token.parse::<f64>().is_ok() {
+                    out.push((key.clone(), Value::Scalar(token.to_owned())));
+                }
+                i += len.max(1);
+            }
+            _ => i += 1,
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The JSON string literal at the start of `text` (which begins with `"`), decoded, and the bytes
+/// it took; a literal cut short (no closing quote) is decoded to the end of `text`. `None` when
+/// `text` does not begin with `"`.
+fn string(text: &str) -> Option<(String, usize)> {
+    let mut chars = text.char_indices();
+    if chars.next()?.1 != '"' {
+        return None;
+    }
+    let mut out = String::new();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, i + 1)),
+            '\\' => match chars.next() {
+                Some((_, 'n')) => out.push('\n'),
+                Some((_, 't')) => out.push('\t'),
+                Some((_, 'r')) => out.push('\r'),
+                Some((_, 'b' | 'f')) => {}
+                Some((_, 'u')) => {
+                    let hex: String = chars.by_ref().take(4).map(|(_, c)| c).collect();
+                    let Ok(unit) = u16::from_str_radix(&hex, 16) else { continue };
+                    out.push(utf16_char(unit, &mut chars));
+                }
+                Some((_, other)) => out.push(other),
+                None => break,
+            },
+            c => out.push(c),
+        }
+    }
+    Some((out, text.len()))
+}
+
+/// The character of a `\uXXXX` escape whose unit is `unit`, reading the low half of a surrogate
+/// pair from `chars` (`\uD83D\uDE00`); a lone surrogate is U+FFFD.
+fn utf16_char(unit: u16, chars: &mut std::str::CharIndices<'_>) -> char {
+    if !(0xD800..0xDC00).contains(&unit) {
+        return char::from_u32(u32::from(unit)).unwrap_or(char::REPLACEMENT_CHARACTER);
+    }
+    let rest = chars.as_str();
+    let low = rest
+        .strip_prefix("\\u")
+        .and_then(|r| r.get(..4))
+        .and_then(|h| u16::from_str_radix(h, 16).ok())
+        .filter(|l| (0xDC00..0xE000).contains(l));
+    match low {
+        Some(low) => {
+            for _ in 0..6 {
+                chars.next();
+            }
+            let c = 0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+            char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER)
+        }
+        None => char::REPLACEMENT_CHARACTER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        expand(s).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_loggers_record_gives_its_message_and_traceback_lines() {
+        let record = r#"{"asctime": "2024-05-01 12:00:01", "levelname": "ERROR", "name": "train", "message": "step failed", "exc_info": "Traceback (most recent call last):\n  File \"C:\\env\\torch\\nn\\modules\\module.py\", line 1501, in _call_impl\n    return forward_call(*args)\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}"#;
+        assert_eq!(
+            lines(record),
+            [
+                "train",
+                "step failed",
+                "Traceback (most recent call last):",
+                r#"  File "C:\env\torch\nn\modules\module.py", line 1501, in _call_impl"#,
+                "    return forward_call(*args)",
+                "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_servers_error_response_after_a_prefix_and_its_scalars() {
+        let line = r#"ERR Server error {"error":{"code":500,"message":"could not load model: CUDA out of memory","type":""}}"#;
+        assert_eq!(
+            lines(line),
+            ["ERR Server error code: 500", "could not load model: CUDA out of memory", ""]
+        );
+        assert_eq!(lines(r#"{"exitCode": 137, "reason": "OOMKilled"}"#), ["exitCode: 137", "OOMKilled"]);
+    }
+
+    #[test]
+    fn escapes_decode_as_json_defines_them() {
+        assert_eq!(lines(r#"{"msg": "a\"b\\c\td\u00e9\ud83d\ude00\u0041"}"#), ["a\"b\\c\td\u{e9}\u{1F600}A"]);
+        // A lone surrogate, a bad escape.
+        assert_eq!(lines(r#"{"msg": "x\ud83dy\uZZZZz"}"#), ["x\u{FFFD}yz"]);
+    }
+
+    #[test]
+    fn a_record_cut_short_is_read_as_far_as_it_goes() {
+        assert_eq!(
+            lines(r#"{"log":"RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchro"#),
+            ["RuntimeError: CUDA error: out of memory", "CUDA kernel errors might be asynchro"]
+        );
+    }
+
+    #[test]
+    fn lines_that_hold_no_record_are_left_alone() {
+        for line in [
+            "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB",
+            "ValueError: {'a': 1}",
+            "sizes {1, 2, 3}",
+            "format {} and {\"x\" but no colon",
+            "{}",
+            r#"{"level": "info"}"#,
+            "",
+        ] {
+            assert_eq!(expand(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_expansion_is_bounded() {
+        let many = format!("{{\"msg\": \"{}\"}}", "x\\n".repeat(3 * MAX_LINES));
+        assert_eq!(lines(&many).len(), MAX_LINES);
+        let long = format!("{{\"msg\": \"{}\"}}", "é".repeat(MAX_RECORD_BYTES));
+        let got = lines(&long);
+        assert!(got[0].len() < MAX_RECORD_BYTES && got[0].chars().all(|c| c == 'é'));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_and_round_trips_what_serde_writes(text in "\\PC{0,120}", cut in 0usize..200, junk in "\\PC{0,60}") {
+            let record = serde_json::json!({"level": "error", "message": text}).to_string();
+            let want: Vec<String> = text.strip_suffix('\n').unwrap_or(&text).split('\n')
+                .map(|l| l.strip_suffix('\r').unwrap_or(l).to_owned()).collect();
+            prop_assert_eq!(expand(&record), Some(want));
+            let mut at = cut.min(record.len());
+            while !record.is_char_boundary(at) { at -= 1; }
+            let _ = expand(&record[..at]);
+            let _ = expand(&format!("{junk}{}", &record[..at]));
+            let _ = expand(&junk);
+        }
+    }
+}
