@@ -35,7 +35,10 @@ impl MixedParser {
     }
 
     fn feed_one(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
-        let bounded = text::bounded(line);
+        // Cleaned as the job-log parser cleans its lines (`dmesg --color`'s escapes, a browser's
+        // no-break spaces).
+        let cleaned = text::clean(line);
+        let bounded = cleaned.as_ref();
         let message = kernel_message(bounded);
         if let Some(e) = self.kernel.parse_message(message) {
             self.invoked_at = None;

@@ -23,23 +23,29 @@ pub fn bounded(line: &str) -> &str {
 }
 
 /// [`bounded`] `line` as a terminal would show it: without escape sequences (`ESC [ … m` colours,
-/// `ESC ] … BEL` titles, two-byte escapes), without other control characters but tabs, and of a
-/// line that carriage returns overwrote, the text after the last one. Borrowed when there is
-/// nothing to remove (the common case costs one scan).
+/// `ESC ] … BEL` titles, two-byte escapes), without other control characters but tabs, with the
+/// other spaces Unicode has as plain ones (a browser's copy gives no-break spaces, `20.00\u{a0}MiB`;
+/// CJK text the ideographic space), and of a line that carriage returns overwrote, the text after
+/// the last one. Borrowed when there is nothing to change (the common case costs one scan).
 pub fn clean(line: &str) -> Cow<'_, str> {
     let line = bounded(line);
     let line = match line.rfind('\r') {
         Some(i) if i + 1 < line.len() => &line[i + 1..],
         _ => line,
     };
-    if !line.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+    let controls = line.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f);
+    if !controls
+        && (line.is_ascii() || !line.chars().any(|c| odd_space(c) || (!c.is_ascii() && c.is_control())))
+    {
         return Cow::Borrowed(line);
     }
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         if c != '\x1b' {
-            if c == '\t' || !c.is_control() {
+            if odd_space(c) {
+                out.push(' ');
+            } else if c == '\t' || !c.is_control() {
                 out.push(c);
             }
             continue;
@@ -70,6 +76,12 @@ pub fn clean(line: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// A space other than the ASCII space and tab that is not a control character: no-break,
+/// en / em / thin / figure spaces, the ideographic space, the line and paragraph separators.
+fn odd_space(c: char) -> bool {
+    !c.is_ascii() && c.is_whitespace() && !c.is_control()
 }
 
 /// Appends the compact form of `text` to `out` (ASCII lower-cased, whitespace removed).
@@ -214,6 +226,16 @@ mod tests {
             "RuntimeError: CUDA out of memory."
         );
         assert_eq!(clean("cut \x1b[1;3"), "cut ");
+        // A browser's copy: no-break spaces in the indent and between a number and its unit.
+        assert_eq!(
+            clean(
+                "\u{a0}\u{a0}File \"x.py\", line 3, in f\u{a0}Tried to allocate 20.00\u{a0}MiB\u{3000}\u{2009}end"
+            ),
+            "  File \"x.py\", line 3, in f Tried to allocate 20.00 MiB  end"
+        );
+        assert!(matches!(clean("显存不足: out of memory"), Cow::Borrowed(_)));
+        // NEL is a control character: removed, not a space.
+        assert_eq!(clean("a\u{85}b"), "ab");
         assert_eq!(clean("nul\0 and del\x7f"), "nul and del");
     }
 }

@@ -69,14 +69,16 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 }
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
-/// carry them: Windows line ends, a JSON logger's record per line, trailing blanks, terminal
+/// carry them: Windows line ends, no-break spaces, a JSON logger's record per line, trailing blanks, terminal
 /// colours, a stamp on every line (`kubectl logs --timestamps`), quote markers, and a uniform
 /// indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 8] = [
+    const DECORATIONS: [(&str, Decorate); 9] = [
         ("CRLF", |l| format!("{l}\r")),
+        // A browser's copy: every space a no-break space.
+        ("no-break spaces", |l| l.replace(' ', "\u{a0}")),
         // A JSON logger's record per line (`structured.rs`).
         ("JSON records", |l| {
             serde_json::json!({"time": "2024-05-01T12:00:00Z", "level": "error", "msg": l}).to_string()
