@@ -25,8 +25,10 @@ pub fn bounded(line: &str) -> &str {
 /// [`bounded`] `line` as a terminal would show it: without escape sequences (`ESC [ … m` colours,
 /// `ESC ] … BEL` titles, two-byte escapes), without other control characters but tabs, with the
 /// other spaces Unicode has as plain ones (a browser's copy gives no-break spaces, `20.00\u{a0}MiB`;
-/// CJK text the ideographic space), and of a line that carriage returns overwrote, the text after
-/// the last one. Borrowed when there is nothing to change (the common case costs one scan).
+/// CJK text the ideographic space), with typographic quotes as ASCII ones (a forum's or a word
+/// processor's copy turns `File "x.py"` into `File “x.py”`), and of a line that carriage returns
+/// overwrote, the text after the last one. Borrowed when there is nothing to change (the common
+/// case costs one scan).
 pub fn clean(line: &str) -> Cow<'_, str> {
     let line = bounded(line);
     let line = match line.rfind('\r') {
@@ -34,9 +36,8 @@ pub fn clean(line: &str) -> Cow<'_, str> {
         _ => line,
     };
     let controls = line.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f);
-    if !controls
-        && (line.is_ascii() || !line.chars().any(|c| odd_space(c) || (!c.is_ascii() && c.is_control())))
-    {
+    let odd = |c: char| odd_space(c) || ascii_quote(c).is_some() || (!c.is_ascii() && c.is_control());
+    if !controls && (line.is_ascii() || !line.chars().any(odd)) {
         return Cow::Borrowed(line);
     }
     let mut out = String::with_capacity(line.len());
@@ -45,6 +46,8 @@ pub fn clean(line: &str) -> Cow<'_, str> {
         if c != '\x1b' {
             if odd_space(c) {
                 out.push(' ');
+            } else if let Some(q) = ascii_quote(c) {
+                out.push(q);
             } else if c == '\t' || !c.is_control() {
                 out.push(c);
             }
@@ -82,6 +85,15 @@ pub fn clean(line: &str) -> Cow<'_, str> {
 /// en / em / thin / figure spaces, the ideographic space, the line and paragraph separators.
 fn odd_space(c: char) -> bool {
     !c.is_ascii() && c.is_whitespace() && !c.is_control()
+}
+
+/// The ASCII quote a typographic one stands for.
+fn ascii_quote(c: char) -> Option<char> {
+    match c {
+        '\u{201c}' | '\u{201d}' | '\u{201e}' | '\u{201f}' => Some('"'),
+        '\u{2018}' | '\u{2019}' | '\u{201a}' | '\u{201b}' => Some('\''),
+        _ => None,
+    }
 }
 
 /// Appends the compact form of `text` to `out` (ASCII lower-cased, whitespace removed).
@@ -234,6 +246,11 @@ mod tests {
             "  File \"x.py\", line 3, in f Tried to allocate 20.00 MiB  end"
         );
         assert!(matches!(clean("显存不足: out of memory"), Cow::Borrowed(_)));
+        // A forum's typographic quotes.
+        assert_eq!(
+            clean("  File \u{201c}/x/train.py\u{201d}, line 3, in \u{2018}main\u{2019}"),
+            "  File \"/x/train.py\", line 3, in 'main'"
+        );
         // NEL is a control character: removed, not a space.
         assert_eq!(clean("a\u{85}b"), "ab");
         assert_eq!(clean("nul\0 and del\x7f"), "nul and del");

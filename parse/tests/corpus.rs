@@ -69,14 +69,27 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 }
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
-/// carry them: Windows line ends, no-break spaces, a JSON logger's record per line, trailing blanks, terminal
-/// colours, a stamp on every line (`kubectl logs --timestamps`), quote markers, and a uniform
-/// indent (a paste inside a list).
+/// carry them: Windows line ends, no-break spaces, typographic quotes, a JSON logger's record per
+/// line, trailing blanks, terminal colours, a stamp on every line (`kubectl logs --timestamps`),
+/// quote markers, and a uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 9] = [
+    const DECORATIONS: [(&str, Decorate); 10] = [
         ("CRLF", |l| format!("{l}\r")),
+        // A forum's or a word processor's copy: `"…"` as `“…”`.
+        ("typographic quotes", |l| {
+            let mut open = false;
+            l.chars()
+                .map(|c| match c {
+                    '"' => {
+                        open = !open;
+                        if open { '\u{201c}' } else { '\u{201d}' }
+                    }
+                    c => c,
+                })
+                .collect()
+        }),
         // A browser's copy: every space a no-break space.
         ("no-break spaces", |l| l.replace(' ', "\u{a0}")),
         // A JSON logger's record per line (`structured.rs`).
