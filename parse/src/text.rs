@@ -26,15 +26,62 @@ pub fn bounded(line: &str) -> &str {
 /// `ESC ] … BEL` titles, two-byte escapes), without other control characters but tabs, with the
 /// other spaces Unicode has as plain ones (a browser's copy gives no-break spaces, `20.00\u{a0}MiB`;
 /// CJK text the ideographic space), with typographic quotes as ASCII ones (a forum's or a word
-/// processor's copy turns `File "x.py"` into `File “x.py”`), and of a line that carriage returns
-/// overwrote, the text after the last one. Borrowed when there is nothing to change (the common
-/// case costs one scan).
+/// processor's copy turns `File "x.py"` into `File “x.py”`), with HTML's escapes of quotes, angle
+/// brackets, ampersands and no-break spaces decoded (a page's copy: `reserved memory is &gt;&gt;
+/// allocated`, `File &quot;x.py&quot;`), and of a line that carriage returns overwrote, the text
+/// after the last one. Borrowed when there is nothing to change (the common case costs one scan).
 pub fn clean(line: &str) -> Cow<'_, str> {
     let line = bounded(line);
     let line = match line.rfind('\r') {
         Some(i) if i + 1 < line.len() => &line[i + 1..],
         _ => line,
     };
+    match unescape_html(line) {
+        Cow::Borrowed(line) => as_shown(line),
+        Cow::Owned(line) => Cow::Owned(as_shown(&line).into_owned()),
+    }
+}
+
+/// HTML's character references a page's copy leaves in text, and what they stand for.
+const HTML_ESCAPES: &[(&str, &str)] = &[
+    ("&quot;", "\""),
+    ("&#34;", "\""),
+    ("&#39;", "'"),
+    ("&#x27;", "'"),
+    ("&apos;", "'"),
+    ("&gt;", ">"),
+    ("&lt;", "<"),
+    ("&nbsp;", " "),
+    ("&amp;", "&"),
+];
+
+/// `line` with [`HTML_ESCAPES`] decoded (one pass: `&amp;gt;` is `&gt;`); borrowed when it has none.
+fn unescape_html(line: &str) -> Cow<'_, str> {
+    if !line.contains('&') || !HTML_ESCAPES.iter().any(|(e, _)| line.contains(e)) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        match HTML_ESCAPES.iter().find(|(e, _)| tail.starts_with(e)) {
+            Some((e, stands_for)) => {
+                out.push_str(stands_for);
+                rest = &tail[e.len()..];
+            }
+            None => {
+                out.push('&');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// The terminal's view of [`clean`]: escape sequences, control characters, odd spaces and quotes.
+fn as_shown(line: &str) -> Cow<'_, str> {
     let controls = line.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f);
     let odd = |c: char| odd_space(c) || ascii_quote(c).is_some() || (!c.is_ascii() && c.is_control());
     if !controls && (line.is_ascii() || !line.chars().any(odd)) {
@@ -246,6 +293,14 @@ mod tests {
             "  File \"x.py\", line 3, in f Tried to allocate 20.00 MiB  end"
         );
         assert!(matches!(clean("显存不足: out of memory"), Cow::Borrowed(_)));
+        // A page's HTML escapes, decoded once; an ampersand that escapes nothing stays.
+        assert_eq!(
+            clean(
+                "If reserved memory is &gt;&gt; allocated, File &quot;x.py&quot;, it&#39;s &amp;gt; R&D &x"
+            ),
+            "If reserved memory is >> allocated, File \"x.py\", it's &gt; R&D &x"
+        );
+        assert!(matches!(clean("R&D and &more"), Cow::Borrowed(_)));
         // A forum's typographic quotes.
         assert_eq!(
             clean("  File \u{201c}/x/train.py\u{201d}, line 3, in \u{2018}main\u{2019}"),

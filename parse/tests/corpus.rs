@@ -69,14 +69,22 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 }
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
-/// carry them: Windows line ends, no-break spaces, typographic quotes, a JSON logger's record per
-/// line, trailing blanks, terminal colours, a stamp on every line (`kubectl logs --timestamps`),
+/// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
+/// logger's record per line, trailing blanks, terminal colours, a stamp on every line (`kubectl logs --timestamps`),
 /// quote markers, and a uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 10] = [
+    const DECORATIONS: [(&str, Decorate); 11] = [
         ("CRLF", |l| format!("{l}\r")),
+        // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
+        ("HTML escapes", |l| {
+            l.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;")
+                .replace('\'', "&#x27;")
+        }),
         // A forum's or a word processor's copy: `"…"` as `“…”`.
         ("typographic quotes", |l| {
             let mut open = false;
