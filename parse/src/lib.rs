@@ -1174,11 +1174,15 @@ impl LogParser {
     }
 
     fn feed_one(&mut self, number: u64, line: &str) -> Vec<ParsedOom> {
+        self.feed_cleaned(number, &text::clean(line))
+    }
+
+    /// [`Self::feed_numbered_line`] for one line already expanded and cleaned (`text::clean`):
+    /// the mixed reader cleans each line once for both parsers.
+    pub(crate) fn feed_cleaned(&mut self, number: u64, raw: &str) -> Vec<ParsedOom> {
         self.fed += 1;
         let fed = self.fed;
         self.line = number;
-        let cleaned = text::clean(line);
-        let raw = cleaned.as_ref();
         let (body, origin) = prefix::strip(raw);
         let body = self.dedent(body);
         let c = text::compact(body);

@@ -47,7 +47,7 @@ impl MixedParser {
         if message.contains(" invoked oom-killer:") {
             self.invoked_at = Some((number, bounded.to_owned()));
         }
-        self.log.feed_numbered_line(number, line)
+        self.log.feed_cleaned(number, bounded)
     }
 
     /// The events still open at the end of the input: a kernel report cut before its `Killed
