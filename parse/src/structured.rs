@@ -101,24 +101,28 @@ enum Value {
     Scalar(String),
 }
 
-/// Where a JSON object begins: a `{` followed (after blanks) by a key's opening quote.
+/// Longest key read (bytes, its quotes included): a longer "key" is text, not a record's key, and
+/// the bound keeps a line full of `{"` linear to read.
+const MAX_KEY_BYTES: usize = 256;
+
+/// Where a JSON object begins: a `{` followed (after blanks) by a key — a string of at most
+/// [`MAX_KEY_BYTES`] followed by `:`.
 fn object_start(line: &str) -> Option<usize> {
-    let bytes = line.as_bytes();
     let mut from = 0;
     while let Some(i) = line[from..].find('{').map(|i| from + i) {
         let after = line[i + 1..].trim_start();
-        if after.starts_with('"') {
-            // A key: its string is followed by `:`.
-            let rest = &line[line.len() - after.len()..];
-            let (_, used) = string(rest)?;
-            if rest[used..].trim_start().starts_with(':') {
-                return Some(i);
-            }
+        let mut end = after.len().min(MAX_KEY_BYTES);
+        while !after.is_char_boundary(end) {
+            end -= 1;
+        }
+        let window = &after[..end];
+        if let Some((_, used)) = string(window)
+            && used < window.len()
+            && window[used..].trim_start().starts_with(':')
+        {
+            return Some(i);
         }
         from = i + 1;
-        if from >= bytes.len() {
-            break;
-        }
     }
     None
 }
@@ -277,6 +281,21 @@ mod tests {
         ] {
             assert_eq!(expand(line), None, "{line}");
         }
+    }
+
+    #[test]
+    fn a_key_is_short_and_closed() {
+        // A "key" longer than a key is text; so is one never closed. A line full of `{"` is read
+        // once per brace within a key's bound, never to its end.
+        let long_key = format!("{{\"{}\": \"x\"}}", "k".repeat(MAX_KEY_BYTES));
+        assert_eq!(expand(&long_key), None);
+        assert_eq!(expand(&"{\"".repeat(20_000)), None);
+        let junk = "{\"".repeat(100);
+        // The record after them is found; what came before it is its prefix.
+        assert_eq!(
+            lines(&format!("{junk}{{\"msg\": \"out of memory\"}}")),
+            [format!("{junk} out of memory")]
+        );
     }
 
     #[test]
