@@ -292,9 +292,13 @@ pub fn detect(c: &str) -> Option<Family> {
         return Some(Family::Torch);
     }
     // An `OutOfMemoryError:` of another program's host memory is `host.rs`'s ([`HOST_OOM_ERRORS`]),
-    // and one that ends the line (DuckDB's CLI prints its message on the next) names no memory.
+    // and one that ends the line (DuckDB's CLI prints its message on the next) names no memory;
+    // PyTorch's own (`torch.cuda.OutOfMemoryError:`, `torch.OutOfMemoryError:`) does, wherever its
+    // message is.
     if has(c, "cudaoutofmemory")
         || has(c, "hipoutofmemory")
+        || has(c, "torch.cuda.outofmemoryerror")
+        || has(c, "torch.outofmemoryerror")
         || (has(c, "outofmemoryerror:")
             && !c.ends_with("outofmemoryerror:")
             && !HOST_OOM_ERRORS.iter().any(|w| has(c, w)))

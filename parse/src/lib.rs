@@ -153,6 +153,9 @@ pub const RERAISE_WINDOW: u64 = 32;
 pub const REMAINDER_WINDOW: u64 = 4;
 /// Longest line (compact bytes) kept as a head whose message may come on the next line.
 const MAX_HEAD_BYTES: usize = 512;
+/// How a PyTorch OOM's headline ends (compact) when a paste broke its message after it
+/// ([`Pending::headline_of`]).
+const HEADLINE_ENDS: &[&str] = &["outofmemory", "outofmemory.", "outofmemoryerror", "outofmemoryerror:"];
 /// Longest line (compact bytes, its pieces joined) read whole when a terminal's hard wrap cut it.
 const MAX_PIECE_BYTES: usize = 2 * MAX_HEAD_BYTES;
 /// Shortest first line (compact bytes) that another failure's may end with and be the same
@@ -985,9 +988,36 @@ impl Pending {
                 && self.compact.contains("triedtoallocate")
                 && !self.compact.contains("(gpu")
                 && !self.compact.contains("(npu"))
+            || self.headline_of(family, c)
             || (family == Family::Ggml && self.llama_host_buffer())
             // The TPU compiler's account of the memory after its headline.
             || (self.family == Family::Jax && family == Family::Jax && frameworks::tpu_usage_summary(c))
+    }
+
+    /// True when this event is so far only the headline of a PyTorch OOM — its message's lines
+    /// end with the exception's name or `CUDA out of memory.`, no number yet — and `c`, a PyTorch
+    /// line right after it (a blank line between at most), goes on with its message: a paste that
+    /// broke the line after the headline (`torch.OutOfMemoryError: CUDA out of memory.` / `Tried
+    /// to allocate 1.02 GiB. GPU 0 has …`; `torch.cuda.OutOfMemoryError:` / `CUDA out of memory.`
+    /// / `Tried to allocate …`).
+    fn headline_of(&self, family: Family, c: &str) -> bool {
+        family == Family::Torch
+            && self.idle <= 1
+            && self.headline()
+            && (c.contains("triedtoallocate")
+                || c.starts_with("cudaoutofmemory")
+                || c.starts_with("hipoutofmemory"))
+    }
+
+    /// True when this event's message so far is only a PyTorch OOM's headline, or a device's
+    /// `… out of memory.` in a program's words (`Generation failed: NPU out of memory.`), whose
+    /// message may follow ([`Self::headline_of`]).
+    fn headline(&self) -> bool {
+        matches!(self.family, Family::Torch | Family::Cuda)
+            && !self.in_traceback
+            && self.compact.len() <= MAX_HEAD_BYTES
+            && !self.compact.contains("triedtoallocate")
+            && HEADLINE_ENDS.iter().any(|end| self.compact.ends_with(end))
     }
 
     /// True when `body` is (the next line of) a traceback printed right after this event's message
@@ -1333,7 +1363,9 @@ impl LogParser {
                     while i < self.pending.len() {
                         let p = &mut self.pending[i];
                         p.idle += 1;
-                        if p.complete && p.origin.compatible(&origin) {
+                        // A blank line after a headline keeps it open for its message.
+                        let awaited = c.is_empty() && p.idle == 1 && p.headline();
+                        if p.complete && p.origin.compatible(&origin) && !awaited {
                             let p = self.pending.remove(i);
                             self.close(p, &mut out);
                         } else {
@@ -1404,6 +1436,11 @@ impl LogParser {
                     || p.announces(family, c)
                     || (p.in_traceback && p.family == family))
         }) {
+            if family == Family::Torch && p.headline_of(family, c) {
+                // The rest of a PyTorch message whose headline alone was read as a CUDA error.
+                p.family = Family::Torch;
+                p.complete = false;
+            }
             p.families |= family.bit();
             p.push_line(line, &origin, fed);
             p.add_symptom(symptom);

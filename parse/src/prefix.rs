@@ -7,13 +7,17 @@
 //! * glog `I0501 12:00:00.123456  1234 file.cc:12] ` and c10's `[W501 12:00:00.123 file.cpp:12] `;
 //! * TensorFlow/absl `2024-05-01 12:00:00.123456: E tensorflow/…/bfc_allocator.cc:479] ` (the
 //!   source path is kept: it tells TensorFlow from XLA/JAX);
-//! * Python logging `2024-05-01 12:00:00,123 - ERROR - `, `2024-05-01 12:00:00,123 - name - ERROR - `,
-//!   `ERROR:root:`, DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:fn] `;
+//! * Python logging `2024-05-01 12:00:00,123 - ERROR - `, `2024-05-01 12:00:00,123 - name - ERROR - `
+//!   (also without the fraction of a second), `ERROR:root:`;
+//! * bracketed stamps: DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:fn] `, a
+//!   script's `[2024-09-16 12:53:56] [INFO] `, SGLang's `[2024-05-01 12:00:00] ` without a level;
 //! * vLLM `ERROR 05-01 12:00:00 [engine.py:12] ` / `ERROR 05-01 12:00:00 engine.py:12] ` and its
 //!   worker prefixes `(VllmWorkerProcess pid=1234) `, `(VllmWorker rank=1 pid=1234) `,
 //!   `(RayWorkerWrapper pid=1234, ip=10.0.0.1) ` — pid 1234;
 //! * rank prefixes `[rank3]: `, `[default3]:` (torchrun), `[1,0]<stderr>:` (mpirun), Slurm
 //!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
+//! * syslog and the journal: `Mar 25 12:15:11 node7 python3[8289]: `, `2024-03-25T12:15:11.123456+00:00
+//!   node7 python3[8289]: ` (`journalctl`, rsyslog's files);
 //! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`);
 //! * Docker Compose's `vllm-1  | ` (the service, its replica number; the stream's key);
 //! * quote markers `> ` of a log quoted in a mail or an issue (`> > ` nested).
@@ -174,17 +178,18 @@ fn src_file(c: &mut Cur<'_>) -> Option<String> {
 
 /// One prefix at the start of `s`: the remaining text and what it said.
 fn one(s: &str, o: &mut Origin) -> Option<usize> {
-    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 15] = [
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 16] = [
         nccl,
         glog,
         c10_bracket,
         absl,
         pylog,
         pylog_short,
-        deepspeed,
+        bracket_stamp,
         vllm_level,
         vllm_proc,
         rank,
+        syslog,
         iso,
         srun,
         pdsh,
@@ -292,8 +297,7 @@ fn pylog(s: &str, o: &mut Origin) -> Option<usize> {
     date(&mut c)?;
     c.lit(" ")?;
     hhmmss(&mut c)?;
-    c.lit(",")?;
-    c.digits(3, 3)?;
+    fraction(&mut c);
     // ` - LEVEL - ` or ` - name - LEVEL - ` (name without ` - `).
     for _ in 0..2 {
         c.lit(" - ")?;
@@ -319,23 +323,45 @@ fn pylog_short(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
-fn deepspeed(s: &str, o: &mut Origin) -> Option<usize> {
+/// A logger's fraction of a second after the time (`,123`, `.123456`), when there is one.
+fn fraction(c: &mut Cur<'_>) {
+    let save = c.i;
+    if !(c.byte(|b| b == b',' || b == b'.').is_some() && c.digits(1, 9).is_some()) {
+        c.i = save;
+    }
+}
+
+/// A bracketed stamp and what follows it: DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR]
+/// [stage3.py:12:fn] `, kohya's and many scripts' `[2024-09-16 12:53:56] [INFO] `, SGLang's and
+/// PyTorch's `[2024-05-01 12:00:00] ` with no level.
+fn bracket_stamp(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
     c.lit("[")?;
     date(&mut c)?;
-    c.lit(" ")?;
+    c.byte(|b| b == b' ' || b == b'T')?;
     hhmmss(&mut c)?;
-    c.lit(",")?;
-    c.digits(3, 3)?;
-    c.lit("] [")?;
-    o.level = Some(level(&mut c)?);
+    fraction(&mut c);
+    zone(&mut c);
     c.lit("]")?;
     let _ = c.lit(" ");
     let save = c.i;
-    if c.lit("[").is_some() && c.until(b']', 256).is_some() && c.lit("]").is_some() {
-        let _ = c.lit(" ");
-    } else {
-        c.i = save;
+    match c.lit("[").and_then(|()| level(&mut c)).filter(|_| c.lit("]").is_some()) {
+        Some(l) => {
+            o.level = Some(l);
+            let _ = c.lit(" ");
+            // DeepSpeed's source location `[stage3.py:12:fn]` (not a rank's `[rank0]:`).
+            let save = c.i;
+            if c.lit("[").is_some()
+                && src_file(&mut c).is_some()
+                && c.until(b']', 256).is_some()
+                && c.lit("]").is_some()
+            {
+                let _ = c.lit(" ");
+            } else {
+                c.i = save;
+            }
+        }
+        None => c.i = save,
     }
     Some(c.i)
 }
@@ -411,25 +437,89 @@ fn rank(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
-fn iso(s: &str, _o: &mut Origin) -> Option<usize> {
-    let mut c = Cur::new(s);
-    date(&mut c)?;
+/// An ISO-8601 date and time with its fraction and zone (`2024-05-01T12:00:00.123Z`,
+/// `…+02:00`).
+fn iso_stamp(c: &mut Cur<'_>) -> Option<()> {
+    date(c)?;
     c.lit("T")?;
-    hhmmss(&mut c)?;
+    hhmmss(c)?;
     if c.lit(".").is_some() || c.lit(",").is_some() {
         c.digits(1, 9)?;
     }
-    if c.lit("Z").is_none() {
-        let save = c.i;
-        if c.byte(|b| b == b'+' || b == b'-').is_some() {
-            c.digits(2, 2)?;
-            let _ = c.lit(":");
-            c.digits(2, 2)?;
-        } else {
-            c.i = save;
-        }
+    zone(c);
+    Some(())
+}
+
+/// A time zone after a time, when there is one: `Z`, `+02:00`, `-0500`.
+fn zone(c: &mut Cur<'_>) {
+    if c.lit("Z").is_some() {
+        return;
+    }
+    let save = c.i;
+    let offset = c.byte(|b| b == b'+' || b == b'-').is_some() && c.digits(2, 2).is_some() && {
+        let _ = c.lit(":");
+        c.digits(2, 2).is_some()
+    };
+    if !offset {
+        c.i = save;
+    }
+}
+
+fn iso(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    iso_stamp(&mut c)?;
+    c.lit(" ")?;
+    Some(c.i)
+}
+
+const MONTHS: [&str; 12] =
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/// A syslog line's prefix, on every line of a job that logs to the journal or through rsyslog:
+/// the stamp (`journalctl`'s and rsyslog's traditional `Mar 25 12:15:11`, `-o short-precise`'s
+/// fraction, RFC 3339's `2024-03-25T12:15:11.123456+00:00`), the host, the program and its pid
+/// (`node7 python3[8289]: `; after an ISO stamp the pid is required). It names no stream key: the
+/// prefixes after it do (`[rank0]: `), and a line of the same process without them (the message
+/// before its ranked traceback) must stay compatible with them; nor is its pid the failing
+/// process's (the program that logs may be a wrapper or the shell).
+fn syslog(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    let traditional = MONTHS.iter().any(|m| c.lit(m).is_some());
+    if traditional {
+        c.lit(" ")?;
+        let _ = c.lit(" ");
+        c.digits(1, 2)?;
+        c.lit(" ")?;
+        hhmmss(&mut c)?;
+        fraction(&mut c);
+    } else {
+        iso_stamp(&mut c)?;
     }
     c.lit(" ")?;
+    // The host, not a level (`2024-04-26T20:17:25Z ERROR mistralrs_core::engine: …` is a Rust
+    // `tracing` line).
+    let at = c.i;
+    if level(&mut c).is_some() || c.lit("TRACE").is_some() {
+        return None;
+    }
+    c.i = at;
+    c.run(|b| b.is_ascii_graphic() && b != b'[' && b != b':', 255)?;
+    c.lit(" ")?;
+    c.run(|b| is_word(b) || b"-./@".contains(&b), 64)?;
+    let save = c.i;
+    let pid = c.lit("[").and_then(|()| c.digits(1, 10)).filter(|_| c.lit("]").is_some());
+    if pid.is_none() {
+        c.i = save;
+    }
+    // After an ISO stamp only with the pid: `2024-05-01T12:00:00Z CUDA Error: out of memory` is a
+    // stamped line of its own.
+    if pid.is_none() && !traditional {
+        return None;
+    }
+    c.lit(":")?;
+    if c.lit(" ").is_none() && c.i < s.len() {
+        return None;
+    }
     Some(c.i)
 }
 
@@ -448,7 +538,7 @@ fn pdsh(s: &str, o: &mut Origin) -> Option<usize> {
     c.lit(": ")?;
     let rest = &s[c.i..];
     let mut probe = Origin::default();
-    if rank(rest, &mut probe).is_none() && deepspeed(rest, &mut probe).is_none() {
+    if rank(rest, &mut probe).is_none() && bracket_stamp(rest, &mut probe).is_none() {
         return None;
     }
     if o.key.is_empty() {
@@ -582,6 +672,31 @@ mod tests {
         assert_eq!(s("2024-05-01 12:00:00,123 - trainer.main - ERROR - boom").0, "boom");
         assert_eq!(s("ERROR:root:boom").0, "boom");
         assert_eq!(s("[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:step] boom").0, "boom");
+        let (m, o) = s("[2024-09-16 12:53:56] [INFO] Of the allocated memory 4.00 GiB");
+        assert_eq!((m, o.level), ("Of the allocated memory 4.00 GiB", Some(b'I')));
+        assert_eq!(
+            s("[2024-05-01 12:00:00] Decode batch, #running-req: 1").0,
+            "Decode batch, #running-req: 1"
+        );
+        let (m, o) = s("[2026-02-24T20:21:58Z] (EngineCore_DP0 pid=6940) ValueError: Free memory");
+        assert_eq!((m, o.pid), ("ValueError: Free memory", Some(6940)));
+        assert_eq!(s("[2024-05-01T12:00:00.123456] [WARNING] hello [x]").0, "hello [x]");
+        assert_eq!(s("2026-01-08 00:35:04 - whisperjav - ERROR - Failed").0, "Failed");
+        let (m, o) = s("Mar 25 12:15:11 node7 python3[8289]: Of the allocated memory");
+        assert_eq!((m, o), ("Of the allocated memory", Origin::default()));
+        assert_eq!(s("Mar  5 02:15:11.123456 gpu-01.example.org train.sh: Killed").0, "Killed");
+        let (m, o) = s("2024-03-25T12:15:11.123456+00:00 node7 python3[8289]:   File \"x.py\", line 3");
+        assert_eq!((m, o.key.as_str()), ("  File \"x.py\", line 3", ""));
+        assert_eq!(
+            s("2024-04-26T20:17:25.483829Z ERROR mistralrs_core::engine: prompt").0,
+            "ERROR mistralrs_core::engine: prompt"
+        );
+        assert_eq!(s("2024-04-26T20:17:25Z node7 a::b: c").0, "node7 a::b: c");
+        assert_eq!(s("2024-05-01T12:00:00Z CUDA Error: out of memory").0, "CUDA Error: out of memory");
+        // A stamp that is not one stays.
+        for line in ["[2024-05-01] boom", "[2024-05-01 12:00] boom", "[12:00:00] boom"] {
+            assert_eq!(s(line).0, line, "{line}");
+        }
         assert_eq!(s("[W501 12:00:00.123456789 ProcessGroupNCCL.cpp:1168] Warning: x").0, "Warning: x");
         assert_eq!(s("2024-05-01T12:00:00.123456789Z boom").0, "boom");
         assert_eq!(s("> > RuntimeError: CUDA out of memory.").0, "RuntimeError: CUDA out of memory.");

@@ -236,6 +236,46 @@ fn a_model_that_failed_to_load_is_read_with_its_failure() {
     );
 }
 
+/// A paste or a logger that broke PyTorch's message after its headline, or into its sentences,
+/// still gives one event with every number, at the headline.
+#[test]
+fn a_message_broken_after_its_headline_is_one_event() {
+    let sentences = V2
+        .replacen("out of memory. ", "out of memory.\n", 1)
+        .replace("is free. ", "is free.\n")
+        .replace("memory in use. ", "memory in use.\n")
+        .replace("but unallocated. ", "but unallocated.\n");
+    for text in [
+        V2.replacen("out of memory. ", "out of memory.\n", 1),
+        V2.replacen("out of memory. ", "out of memory.\n\n", 1),
+        V2.replacen("OutOfMemoryError: ", "OutOfMemoryError:\n", 1),
+        V2.replacen("torch.OutOfMemoryError: ", "torch.cuda.OutOfMemoryError:\n\n", 1),
+        sentences.clone(),
+        // The journal's prefix on every line; a script's bracketed stamp and level.
+        sentences.lines().map(|l| format!("Mar 25 12:15:11 node7 python3[8289]: {l}\n")).collect(),
+        sentences.lines().map(|l| format!("[2024-09-16 12:53:56] [INFO] {l}\n")).collect(),
+    ] {
+        let events = parse_all(text.lines());
+        assert_eq!(events.len(), 1, "{text}\n{events:?}");
+        assert_eq!(events[0].line, 1);
+        check_v2(&events[0]);
+    }
+    // A device's failure in a program's words, its numbers after a blank line (Ascend).
+    let events = parse_all([
+        "[Stage-0] ERROR 01-15 09:49:55 [diffusion_engine.py:169] Generation failed: NPU out of memory.",
+        "",
+        "Tried to allocate 20.00 MiB (NPU 0; 61.27 GiB total capacity; 0 bytes already allocated; 0 bytes current active; 48.36 MiB free; 0 bytes reserved in total by PyTorch)",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!(events[0].fields.requested, Some(20 * MIB));
+    // A whole message, then another process's headless one: two failures. A headline alone stays
+    // an event of its own.
+    let headless = "Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total capacity; 77.13 GiB already allocated; \
+                    355.31 MiB free; 78.21 GiB reserved in total by PyTorch)";
+    assert_eq!(found(&[V2, headless]), [("cuda_oom", "pytorch", 1), ("cuda_oom", "pytorch", 2)]);
+    assert_eq!(found(&["torch.cuda.OutOfMemoryError:", "", "step 3"]), [("cuda_oom", "pytorch", 1)]);
+}
+
 #[test]
 fn traceback_is_part_of_the_event() {
     let text = format!(

@@ -70,12 +70,13 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
 /// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
-/// logger's record per line, trailing blanks, terminal colours, a stamp on every line (`kubectl logs --timestamps`),
-/// quote markers, and a uniform indent (a paste inside a list).
+/// logger's record per line, trailing blanks, terminal colours, a stamp on every line (`kubectl
+/// logs --timestamps`, a bracketed one), the journal's prefix (`journalctl`), quote markers, and a
+/// uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 11] = [
+    const DECORATIONS: [(&str, Decorate); 13] = [
         ("CRLF", |l| format!("{l}\r")),
         // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
         ("HTML escapes", |l| {
@@ -107,6 +108,10 @@ fn decorated_lines_give_the_same_events() {
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
         ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
+        // A job that logs to the journal, read back with `journalctl` (or rsyslog's files).
+        ("journal", |l| format!("Mar 25 12:15:11 node7 python3[8289]: {l}")),
+        // A stamp in brackets on every line (SGLang's, a launcher's around its child's output).
+        ("bracketed stamps", |l| format!("[2024-09-16 12:53:56] {l}")),
         ("quote markers", |l| format!("> {l}")),
         ("an indent", |l| format!("    {l}")),
         ("a tab", |l| format!("\t{l}")),
@@ -237,4 +242,61 @@ fn records_inside_one_json_document_keep_their_events() {
         changed.len(),
         changed.join(" ")
     );
+}
+
+/// A PyTorch message that a paste or a logger broke into its sentences (`torch.OutOfMemoryError:
+/// CUDA out of memory.` / `Tried to allocate 1.02 GiB. GPU 0 has a total capacity of … of which …
+/// is free.` / `Process 7 has … memory in use.` / …), or broke after its headline with a blank line
+/// between, reads as the whole message: its first event (the one its attribution is of) is the same,
+/// with every number. (Interleaved ranks' messages, each broken, may pair up otherwise after it.)
+#[test]
+fn messages_broken_into_sentences_keep_their_events() {
+    // A paste a terminal's wrap had already cut (`… Process 15631` / `ning non-PyTorch memory, …`,
+    // the characters between lost): broken again after `memory in use.`, the cut piece joins
+    // the sentence before it, not the one it came from.
+    const CHANGED: [(&str, &str); 1] = [("pytorch-qibin0506-llm-trainer-2", "sentences")];
+    let broken = |text: &str, ends: &[&str], sep: &str| -> String {
+        text.lines()
+            .map(|l| {
+                let mut l = l.to_owned();
+                if l.contains("Tried to allocate") {
+                    for end in ends {
+                        l = l.replace(&format!("{end} "), &format!("{end}{sep}"));
+                    }
+                }
+                l + "\n"
+            })
+            .collect()
+    };
+    let what = |events: Vec<ParsedOom>| -> Option<String> {
+        events.first().map(|e| {
+            format!(
+                "{} {} {:?} {:?} {:?} {:?}",
+                e.kind.as_str(),
+                e.framework,
+                e.fields,
+                e.phase.as_ref().map(|p| p.phase),
+                e.hint,
+                e.host_evidence
+            )
+        })
+    };
+    let sentence_ends = ["out of memory.", "is free.", "memory in use.", "but unallocated."];
+    let mut changed = Vec::new();
+    let mut broken_records = 0;
+    let records = oomlens_corpus::load().expect("corpus");
+    for r in records.iter().filter(|r| r.text.contains("out of memory. Tried")) {
+        broken_records += 1;
+        let want = what(parse(&r.text));
+        for (name, text) in [
+            ("sentences", broken(&r.text, &sentence_ends, "\n")),
+            ("headline and a blank line", broken(&r.text, &["out of memory."], "\n\n")),
+        ] {
+            if what(parse(&text)) != want {
+                changed.push((r.id.as_str(), name));
+            }
+        }
+    }
+    assert!(broken_records >= 776, "{broken_records} records with a PyTorch message");
+    assert_eq!(changed, CHANGED, "records read otherwise when their message is broken into sentences");
 }
