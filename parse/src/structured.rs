@@ -4,7 +4,9 @@
 //! server's error response (`{"error": {"code": 500, "message": "CUDA out of memory. …"}}`).
 //! Read as one line, such a record gives a message with `\n` in it and a traceback the frame
 //! grammar cannot see. [`expand`] gives back the lines the record's values carry, in order, so
-//! they are read as if printed.
+//! they are read as if printed. So it does for text whose newlines are escaped outside JSON, as a
+//! `repr` prints them (`RuntimeError('CUDA out of memory.\nTried to allocate …')`, a dict logged
+//! whole): see [`escaped`].
 //!
 //! * The object may follow a prefix (`ERROR 12:00:01 api: {"detail": "…"}`): the prefix is kept
 //!   in front of the first line.
@@ -59,9 +61,24 @@ pub const METADATA_KEYS: &[&str] = &[
     "ts",
 ];
 
+/// The lines `line` carries, in order: a JSON record's ([`record`]), else those of text whose
+/// newlines are escaped ([`escaped`]); `None` when it carries no other lines.
+pub fn expand(line: &str) -> Option<Vec<String>> {
+    // Escaped text that holds a JSON-like object after its first newline (a traceback's source
+    // line `f({"params": p})` in a `repr`) is escaped text; a record's own escapes come after its
+    // first brace.
+    let escaped_first = line.contains("\\n")
+        && object_start(line).zip(newline_escape(line)).is_some_and(|(object, newline)| newline < object);
+    if escaped_first {
+        escaped(line).or_else(|| record(line))
+    } else {
+        record(line).or_else(|| escaped(line))
+    }
+}
+
 /// The lines a JSON record on `line` carries, in order; `None` when `line` holds no JSON object
 /// (`{` then a key: `"…":`) or the object carries no text.
-pub fn expand(line: &str) -> Option<Vec<String>> {
+fn record(line: &str) -> Option<Vec<String>> {
     let start = object_start(line)?;
     let prefix = line[..start].trim();
     let mut end = line.len().min(start + MAX_RECORD_BYTES);
@@ -92,6 +109,169 @@ pub fn expand(line: &str) -> Option<Vec<String>> {
         }
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// The lines of a line whose text carries its newlines escaped, as a program's `repr` or a string
+/// literal prints them — an exception kept in a task's result (`… Finish task with error: CUDA out
+/// of memory. …\n`), a dict logged whole (`{'code': 1, 'msg': 'CUDA out of memory.\nTried to
+/// allocate …'}`), `RuntimeError('…\nTraceback …')`: each `\n` ends a line, the other escapes
+/// Python and JSON define are decoded. A quoted literal that holds the newlines is read alone: what
+/// comes before it is a line of its own (`RuntimeError(`), and what follows it is read on (another
+/// literal) or, when it has words, a line of its own — closing quotes and brackets are not glued to
+/// the text's last line (`Killed')`). `None` when the line has no `\n`, or has a backslash that
+/// begins no such escape: then it is not escaped text (a Windows path's `torch\nn\modules` has
+/// `\m`, `C:\Users` has `\U` without its digits). Read to [`MAX_RECORD_BYTES`], at most
+/// [`MAX_LINES`] lines.
+fn escaped(line: &str) -> Option<Vec<String>> {
+    if !line.contains("\\n") {
+        return None;
+    }
+    let mut end = line.len().min(MAX_RECORD_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut rest = &line[..end];
+    if newline_escape(rest).is_none() || !valid_escapes(rest) {
+        return None;
+    }
+    let mut out: Vec<String> = Vec::new();
+    while out.len() < MAX_LINES {
+        let Some(first) = newline_escape(rest) else {
+            let words = rest.trim_matches(|c: char| !c.is_alphanumeric());
+            if !words.is_empty() {
+                out.push(rest.trim().to_owned());
+            }
+            break;
+        };
+        let (from, quote) = match opening_quote(&rest[..first]) {
+            Some((at, quote)) => {
+                let before = rest[..at].trim();
+                if !before.is_empty() {
+                    out.push(before.to_owned());
+                }
+                (at + 1, Some(quote))
+            }
+            None => (0, None),
+        };
+        let (lines, used) = decode(&rest[from..], quote);
+        out.extend(lines);
+        rest = &rest[from + used..];
+    }
+    out.truncate(MAX_LINES);
+    (!out.is_empty()).then_some(out)
+}
+
+/// True when every backslash of `text` begins an escape Python or JSON defines (a lone one at the
+/// end counts: a cut line).
+fn valid_escapes(text: &str) -> bool {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                None | Some('n' | 'r' | 'a' | 'b' | 'f' | 'v' | '0' | 't' | '\\' | '\'' | '"' | '/') => {}
+                Some('x') => {
+                    if hex_char(&mut chars, 2).is_none() {
+                        return false;
+                    }
+                }
+                Some('u') => {
+                    if hex_char(&mut chars, 4).is_none() {
+                        return false;
+                    }
+                }
+                Some('U') => {
+                    if hex_char(&mut chars, 8).is_none() {
+                        return false;
+                    }
+                }
+                Some(_) => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Where the first `\n` escape of `text` begins (a `\\n` is an escaped backslash, not one).
+fn newline_escape(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' && chars.next()?.1 == 'n' {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// The quote that opens the literal still open at the end of `text`, and where: a `'` or `"` after
+/// the line's start, a blank or an opening bracket, `:`, `=` or `,` (an apostrophe inside a word
+/// opens nothing), closed by the same quote unescaped.
+fn opening_quote(text: &str) -> Option<(usize, char)> {
+    let mut open: Option<(usize, char)> = None;
+    let mut prev = ' ';
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match (c, open) {
+            ('\\', _) => {
+                chars.next();
+            }
+            (q, Some((_, quote))) if q == quote => open = None,
+            ('\'' | '"', None) if prev.is_whitespace() || "([{:=,".contains(prev) => open = Some((i, c)),
+            _ => {}
+        }
+        prev = c;
+    }
+    open
+}
+
+/// The lines of the escaped text at the start of `text` up to its closing `quote` (to the end
+/// without one, or when the literal is cut short), decoded; and the bytes it took, the quote
+/// included.
+fn decode(text: &str, quote: Option<char>) -> (Vec<String>, usize) {
+    let mut lines = vec![String::new()];
+    let mut chars = text.char_indices();
+    let mut used = text.len();
+    while let Some((i, c)) = chars.next() {
+        if Some(c) == quote {
+            used = i + c.len_utf8();
+            break;
+        }
+        let decoded =
+            if c == '\\' {
+                match chars.next().map(|(_, e)| e) {
+                    Some('n') => {
+                        lines.push(String::new());
+                        continue;
+                    }
+                    Some('t') => '\t',
+                    Some('x') => hex_char(&mut chars.by_ref().map(|(_, c)| c), 2)
+                        .unwrap_or(char::REPLACEMENT_CHARACTER),
+                    Some('u') => hex_char(&mut chars.by_ref().map(|(_, c)| c), 4)
+                        .unwrap_or(char::REPLACEMENT_CHARACTER),
+                    Some('U') => hex_char(&mut chars.by_ref().map(|(_, c)| c), 8)
+                        .unwrap_or(char::REPLACEMENT_CHARACTER),
+                    Some(e @ ('\\' | '\'' | '"' | '/')) => e,
+                    _ => continue,
+                }
+            } else {
+                c
+            };
+        if let Some(l) = lines.last_mut() {
+            l.push(decoded);
+        }
+    }
+    // The newline that ends the text ends its last line.
+    if lines.len() > 1 && lines.last().is_some_and(String::is_empty) {
+        lines.pop();
+    }
+    (lines, used)
+}
+
+/// The character whose code is the next `digits` hexadecimal digits of `chars` (U+FFFD for a code
+/// that is none); `None` when they are not hexadecimal digits.
+fn hex_char(chars: &mut impl Iterator<Item = char>, digits: usize) -> Option<char> {
+    let hex: String = chars.by_ref().take(digits).collect();
+    let code = (hex.len() == digits).then(|| u32::from_str_radix(&hex, 16).ok()).flatten()?;
+    Some(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER))
 }
 
 /// A value of the record: text (a string), or a number, `true`, `false`, `null` as printed.
@@ -284,6 +464,61 @@ mod tests {
     }
 
     #[test]
+    fn escaped_text_gives_its_lines() {
+        // A dict logged whole; an exception's repr, the text's last line not glued to `')`.
+        assert_eq!(
+            lines(r"{'code': 1, 'msg': 'CUDA out of memory.\nTried to allocate 2.00 GiB'}"),
+            ["{'code': 1, 'msg':", "CUDA out of memory.", "Tried to allocate 2.00 GiB"]
+        );
+        assert_eq!(
+            lines(
+                r#"ERROR task failed: RuntimeError('Traceback (most recent call last):\n  File "C:\\env\\torch\\nn\\modules\\module.py", line 3, in f\nKilled')"#
+            ),
+            [
+                "ERROR task failed: RuntimeError(",
+                "Traceback (most recent call last):",
+                r#"  File "C:\env\torch\nn\modules\module.py", line 3, in f"#,
+                "Killed",
+            ]
+        );
+        // Two literals; words after the last one are a line of their own.
+        assert_eq!(
+            lines(r#"{'error': "don't\nstop", 'tb': 'a\nb', 'code': 7}"#),
+            ["{'error':", "don't", "stop", ", 'tb':", "a", "b", ", 'code': 7}"]
+        );
+        // Unquoted text that ends with an escaped newline (a task queue's error).
+        assert_eq!(
+            lines(r"[Task Queue] Finish task with error: CUDA out of memory., job_id=3a\n"),
+            ["[Task Queue] Finish task with error: CUDA out of memory., job_id=3a"]
+        );
+        // Escapes decoded: a tab, a quote, hexadecimal and Unicode ones.
+        assert_eq!(lines(r"x('a\tb\'\x41\u00e9\U0001F600\nc')"), ["x(", "a\tb'A\u{e9}\u{1F600}", "c"]);
+    }
+
+    #[test]
+    fn text_that_is_not_escaped_is_left_alone() {
+        for line in [
+            // A Windows path: `\m`, `\U` begin no escape.
+            r#"  File "C:\Users\x\torch\nn\modules\module.py", line 1501, in _call_impl"#,
+            r"E:\models\new\notes.txt: failed",
+            // An escaped backslash before `n` is no newline.
+            r"path a\\nb",
+            r"regex \d+\n",
+            "plain text",
+        ] {
+            assert_eq!(expand(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_json_like_object_inside_escaped_text_is_text() {
+        assert_eq!(
+            lines(r#"RuntimeError('Traceback:\n    output = trainer.train({"params": params})\nOOM')"#),
+            ["RuntimeError(", "Traceback:", r#"    output = trainer.train({"params": params})"#, "OOM"]
+        );
+    }
+
+    #[test]
     fn a_key_is_short_and_closed() {
         // A "key" longer than a key is text; so is one never closed. A line full of `{"` is read
         // once per brace within a key's bound, never to its end.
@@ -308,6 +543,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn escaped_text_round_trips(text_lines in proptest::collection::vec("[a-zA-Z0-9 .:()\\[\\]'\"\\\\]{0,20}", 2..6)) {
+            let text = text_lines.join("\n");
+            let escaped = text.replace('\\', "\\\\").replace('\n', "\\n").replace('\'', "\\'");
+            let got = lines(&format!("RuntimeError('{escaped}')"));
+            let mut want = vec!["RuntimeError(".to_owned()];
+            want.extend(text_lines.iter().cloned());
+            // The newline that ends the text ends its last line.
+            if want.last().is_some_and(String::is_empty) {
+                want.pop();
+            }
+            prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn never_panics_and_round_trips_what_serde_writes(text in "\\PC{0,120}", cut in 0usize..200, junk in "\\PC{0,60}") {
             let record = serde_json::json!({"level": "error", "message": text}).to_string();

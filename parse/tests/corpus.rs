@@ -207,9 +207,10 @@ fn hard_wrapped_records_keep_their_event() {
 /// {"code": 500, "message": "…"}}`), a JSON logger's record with the traceback in a field — is
 /// one line whose newlines are escaped: read as the lines it carries (`structured.rs`, kernel
 /// lines among them routed to the kernel parser), it gives the record's events with the same
-/// numbers, phase, hint and evidence (all on the document's line, so compared in any order).
+/// numbers, phase, hint and evidence (all on the document's line, so compared in any order). So
+/// does a record's text as a program's `repr` prints it on one line (`RuntimeError('…\n…')`).
 #[test]
-fn records_inside_one_json_document_keep_their_events() {
+fn records_inside_one_json_document_or_a_repr_keep_their_events() {
     let records = oomlens_corpus::load().expect("corpus");
     let what = |events: Vec<ParsedOom>| -> Vec<String> {
         let mut said: Vec<String> = events
@@ -230,10 +231,17 @@ fn records_inside_one_json_document_keep_their_events() {
         said
     };
     let mut changed = Vec::new();
+    let mut in_repr = Vec::new();
     for r in records.iter().filter(|r| r.expect != "none") {
+        let want = what(parse(&r.text));
         let document = serde_json::json!({"error": {"code": 500, "message": r.text.trim_end()}}).to_string();
-        if what(parse(&document)) != what(parse(&r.text)) {
+        if what(parse(&document)) != want {
             changed.push(r.id.as_str());
+        }
+        // The same text as a program's `repr` prints it on one line: an exception kept in a
+        // task's result, its newlines escaped (a record of one line has none to escape).
+        if r.text.trim_end().contains('\n') && what(parse(&python_repr(r.text.trim_end()))) != want {
+            in_repr.push(r.id.as_str());
         }
     }
     assert!(
@@ -242,6 +250,27 @@ fn records_inside_one_json_document_keep_their_events() {
         changed.len(),
         changed.join(" ")
     );
+    // A log whose lines are JSON records, inside the repr: the first record is read as a record.
+    assert_eq!(in_repr, ["pytorch-snapotter-hq-snapotter-191"], "records read otherwise inside a repr");
+}
+
+/// `text` as Python's `repr` of an exception holding it prints it: `RuntimeError('…')`, its
+/// backslashes, quotes, newlines and control characters escaped.
+fn python_repr(text: &str) -> String {
+    let mut out = String::from("ERROR task 7 failed: RuntimeError('");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push_str("')\n");
+    out
 }
 
 /// A PyTorch message that a paste or a logger broke into its sentences (`torch.OutOfMemoryError:
