@@ -1145,6 +1145,11 @@ pub struct LogParser {
     /// quoted with spaces): removed from the lines after it while they have it, so that its
     /// frames and exception line read as they were printed.
     margin: String,
+    /// The previous line when no event took it and it is a source line of PyTorch's own code that
+    /// places a failure (`phase::signature_line`; a paste that kept only the last source line of
+    /// the traceback): (its line number, the parser's counter, the line). A failure that starts
+    /// on the next line begins with it.
+    source_line: Option<(u64, u64, String)>,
 }
 
 impl LogParser {
@@ -1358,6 +1363,9 @@ impl LogParser {
                     self.start(Family::Torch, Line { raw, body, c: &c }, origin, None, &mut out);
                 }
                 None => {
+                    if body.contains('(') && phase::signature_line(body).is_some() {
+                        self.source_line = Some((self.line, fed, raw.to_owned()));
+                    }
                     self.track_traceback(raw, body, &c, origin.clone(), &mut out);
                     let mut i = 0;
                     while i < self.pending.len() {
@@ -1477,7 +1485,15 @@ impl LogParser {
                 let tb = self.tracebacks.remove(i);
                 (tb.start, tb.into_raw(), true)
             }
-            (None, None) => (self.line, RawLines::default(), false),
+            // A source line of PyTorch's own code right before it, without its traceback.
+            (None, None) => match self.source_line.take() {
+                Some((line, at, raw)) if at + 1 == fed => {
+                    let mut lines = RawLines::default();
+                    lines.push(&raw);
+                    (line, lines, false)
+                }
+                _ => (self.line, RawLines::default(), false),
+            },
         };
         let mut p = Pending {
             family,

@@ -17,6 +17,10 @@
 //! | 6 | `eval` | `evaluate`, `evaluation_loop`, `prediction_step`, `validation_step`, `validate`, `test_step` |
 //! | 7 | `forward` | `forward`, `_call_impl`, `_wrapped_call_impl`, `training_step` |
 //!
+//! A source line of PyTorch's own code without its frame line (a paste that kept only the last
+//! source line before the message) is a clue too when it says what ran ([`signature_line`]:
+//! `Module.to`'s `return t.to(device, dtype if …`, Adam's `exp_avg_sq.sqrt()`, …).
+//!
 //! The finding carries the clue (the frame's function or the message's words) as evidence.
 
 use std::borrow::Cow;
@@ -129,6 +133,30 @@ const SOURCE: &[(&str, Phase)] = &[
     ("scaler.step(", Phase::OptimizerStep),
     (".generate(", Phase::Inference),
 ];
+
+/// Source lines of PyTorch's own code that place a failure when a paste kept only the last source
+/// line before the message (`    return t.to(device, dtype if …)` / `torch.cuda.OutOfMemoryError:
+/// …`, without its `File` line), as the code spells them, with their phase and what ran.
+const SIGNATURE_LINES: &[(&str, Phase, &str)] = &[
+    ("return t.to(device, dtype if t.is_floating_point()", Phase::Load, "Module.to"),
+    ("param_applied = fn(param)", Phase::Load, "Module._apply"),
+    ("torch.empty((out_features, in_features), **factory_kwargs)", Phase::Load, "a layer's weights created"),
+    (
+        "= torch.zeros_like(p, memory_format=torch.preserve_format)",
+        Phase::OptimizerInit,
+        "optimizer state created",
+    ),
+    ("exp_avg_sq.sqrt()", Phase::OptimizerStep, "Adam's step"),
+    ("Variable._execution_engine.run_backward(", Phase::Backward, "autograd's backward"),
+];
+
+/// The phase a line of PyTorch's own code places a failure in ([`SIGNATURE_LINES`]), and the clue.
+pub(crate) fn signature_line(line: &str) -> Option<(Phase, String)> {
+    SIGNATURE_LINES
+        .iter()
+        .find(|(code, _, _)| line.contains(code))
+        .map(|(_, p, what)| (*p, format!("traceback: {what} (its source line)")))
+}
 
 /// Message words (compact form, see `text::compact`) that place the failure, and their phase.
 const MESSAGE: &[(&str, Phase, &str)] = &[
@@ -365,6 +393,12 @@ pub fn phase_of(lines: &[&str], compact: &str) -> Option<PhaseFinding> {
             consider(p, clue);
         }
     }
+    // A source line of PyTorch's own code without its frame line.
+    for l in lines.iter().filter(|l| frame_of(l).is_none()) {
+        if let Some((p, clue)) = signature_line(l) {
+            consider(p, clue);
+        }
+    }
     for (words, p, what) in MESSAGE {
         if compact.contains(words) {
             consider(*p, format!("message: {what}"));
@@ -408,6 +442,28 @@ mod tests {
     fn phase(text: &str) -> Option<Phase> {
         let lines: Vec<&str> = text.lines().collect();
         phase_of(&lines, &compact(text)).map(|f| f.phase)
+    }
+
+    #[test]
+    fn a_source_line_of_torch_places_the_failure_without_its_frame() {
+        for (text, want) in [
+            (
+                "    return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)\nx",
+                Phase::Load,
+            ),
+            ("    param_applied = fn(param)\nx", Phase::Load),
+            ("torch.empty((out_features, in_features), **factory_kwargs)\nx", Phase::Load),
+            (
+                "    state[\"exp_avg\"] = torch.zeros_like(p, memory_format=torch.preserve_format)\nx",
+                Phase::OptimizerInit,
+            ),
+            ("    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)\nx", Phase::OptimizerStep),
+            ("    Variable._execution_engine.run_backward(  # Calls into the C++ engine\nx", Phase::Backward),
+        ] {
+            assert_eq!(phase(text), Some(want), "{text}");
+        }
+        // The user's own code says nothing without its frame.
+        assert_eq!(phase("    out = model(x.to(device))\nx"), None);
     }
 
     #[test]

@@ -276,6 +276,23 @@ fn a_message_broken_after_its_headline_is_one_event() {
     assert_eq!(found(&["torch.cuda.OutOfMemoryError:", "", "step 3"]), [("cuda_oom", "pytorch", 1)]);
 }
 
+/// A paste that kept only the last source line of the traceback: when it is PyTorch's own code
+/// that places the failure, the event begins with it and takes its phase; another line before the
+/// message, or one between, is not the failure's.
+#[test]
+fn a_lone_source_line_of_torch_before_the_message_places_it() {
+    let to =
+        "    return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)";
+    let events = parse_all([to, V2]);
+    assert_eq!(kinds(&events), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(Phase::Load));
+    check_v2(&events[0]);
+    let events = parse_all([to, "step 3", V2]);
+    assert_eq!((events[0].line, events[0].phase.as_ref()), (3, None));
+    let events = parse_all(["    out = model(x)", V2]);
+    assert_eq!((events[0].line, events[0].phase.as_ref()), (2, None));
+}
+
 #[test]
 fn traceback_is_part_of_the_event() {
     let text = format!(
