@@ -6,7 +6,8 @@
 //! grammar cannot see. [`expand`] gives back the lines the record's values carry, in order, so
 //! they are read as if printed. So it does for text whose newlines are escaped outside JSON, as a
 //! `repr` prints them (`RuntimeError('CUDA out of memory.\nTried to allocate …')`, a dict logged
-//! whole): see [`escaped`].
+//! whole), and for a line that is one string literal (a committed notebook's output, a line per
+//! element): see [`escaped`].
 //!
 //! * The object may follow a prefix (`ERROR 12:00:01 api: {"detail": "…"}`): the prefix is kept
 //!   in front of the first line.
@@ -118,12 +119,15 @@ fn record(line: &str) -> Option<Vec<String>> {
 /// Python and JSON define are decoded. A quoted literal that holds the newlines is read alone: what
 /// comes before it is a line of its own (`RuntimeError(`), and what follows it is read on (another
 /// literal) or, when it has words, a line of its own — closing quotes and brackets are not glued to
-/// the text's last line (`Killed')`). `None` when the line has no `\n`, or has a backslash that
+/// the text's last line (`Killed')`). A line that is one string literal (a notebook's traceback
+/// lines, each an element of a list, their colours escaped) is decoded too, newline or not.
+/// `None` when the line has no `\n` and is no such literal, or has a backslash that
 /// begins no such escape: then it is not escaped text (a Windows path's `torch\nn\modules` has
 /// `\m`, `C:\Users` has `\U` without its digits). Read to [`MAX_RECORD_BYTES`], at most
 /// [`MAX_LINES`] lines.
 fn escaped(line: &str) -> Option<Vec<String>> {
-    if !line.contains("\\n") {
+    let element = string_element(line);
+    if !element && !line.contains("\\n") {
         return None;
     }
     let mut end = line.len().min(MAX_RECORD_BYTES);
@@ -131,6 +135,15 @@ fn escaped(line: &str) -> Option<Vec<String>> {
         end -= 1;
     }
     let mut rest = &line[..end];
+    if element && valid_escapes(rest) {
+        let literal = rest.trim();
+        let literal = literal.strip_suffix(',').unwrap_or(literal);
+        let (lines, used) = decode(&literal[1..], literal.chars().next());
+        // Closed by its last character: one literal, not two (`"a" and "b"`).
+        if used + 1 == literal.len() {
+            return Some(lines);
+        }
+    }
     if newline_escape(rest).is_none() || !valid_escapes(rest) {
         return None;
     }
@@ -159,6 +172,14 @@ fn escaped(line: &str) -> Option<Vec<String>> {
     }
     out.truncate(MAX_LINES);
     (!out.is_empty()).then_some(out)
+}
+
+/// True when `line` is one string literal, as a list's element (`      "\u001b[0;31mOutOfMemoryError\u001b[0m: …",`:
+/// a notebook's error output, one traceback line per element, its colours escaped).
+fn string_element(line: &str) -> bool {
+    let t = line.trim();
+    let t = t.strip_suffix(',').unwrap_or(t);
+    t.len() >= 2 && ['"', '\''].iter().any(|&q| t.starts_with(q) && t.ends_with(q))
 }
 
 /// True when every backslash of `text` begins an escape Python or JSON defines (a lone one at the
@@ -506,6 +527,27 @@ mod tests {
             r"regex \d+\n",
             "plain text",
         ] {
+            assert_eq!(expand(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_notebooks_string_elements_are_decoded() {
+        // A notebook's error output: one traceback line per element, colours escaped.
+        assert_eq!(
+            lines(
+                r#"      "\u001b[0;31mOutOfMemoryError\u001b[0m: CUDA out of memory. Tried to allocate 2.00 GiB","#
+            ),
+            ["\u{1b}[0;31mOutOfMemoryError\u{1b}[0m: CUDA out of memory. Tried to allocate 2.00 GiB"]
+        );
+        // Its stream output: one line per element, each ending in an escaped newline.
+        assert_eq!(
+            lines(r#"      "  File \"train.py\", line 3, in <module>\n","#),
+            [r#"  File "train.py", line 3, in <module>"#]
+        );
+        assert_eq!(lines(r#""""#), [""]);
+        // Not one literal, or not escaped text.
+        for line in [r#""a" and "b""#, r#""C:\Users\x""#, r#"""#, "\"x"] {
             assert_eq!(expand(line), None, "{line}");
         }
     }

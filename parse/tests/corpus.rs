@@ -70,13 +70,13 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
 /// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
-/// logger's record per line, trailing blanks, terminal colours, a stamp on every line (`kubectl
+/// logger's record per line, a committed notebook's stream and traceback output, trailing blanks, terminal colours, a stamp on every line (`kubectl
 /// logs --timestamps`, a bracketed one), the journal's prefix (`journalctl`), quote markers, and a
 /// uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 13] = [
+    const DECORATIONS: [(&str, Decorate); 15] = [
         ("CRLF", |l| format!("{l}\r")),
         // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
         ("HTML escapes", |l| {
@@ -104,6 +104,12 @@ fn decorated_lines_give_the_same_events() {
         // A JSON logger's record per line (`structured.rs`).
         ("JSON records", |l| {
             serde_json::json!({"time": "2024-05-01T12:00:00Z", "level": "error", "msg": l}).to_string()
+        }),
+        // A committed notebook's output: its stream text, a JSON string per line ending in an
+        // escaped newline; its error's traceback, a string per line, colours escaped.
+        ("a notebook's stream", |l| format!("      {},", serde_json::json!(format!("{l}\n")))),
+        ("a notebook's traceback", |l| {
+            format!("      {},", serde_json::json!(format!("\x1b[0;31m{l}\x1b[0m")))
         }),
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
