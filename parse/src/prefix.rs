@@ -20,6 +20,7 @@
 //!   node7 python3[8289]: ` (`journalctl`, rsyslog's files);
 //! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`);
 //! * Docker Compose's `vllm-1  | ` (the service, its replica number; the stream's key);
+//! * `kubectl logs --prefix`'s `[pod/trainer-0/pytorch] `;
 //! * quote markers `> ` of a log quoted in a mail or an issue (`> > ` nested).
 //!
 //! And one suffix: the source location Python's `rich` logging handler right-aligns at the end of
@@ -178,7 +179,7 @@ fn src_file(c: &mut Cur<'_>) -> Option<String> {
 
 /// One prefix at the start of `s`: the remaining text and what it said.
 fn one(s: &str, o: &mut Origin) -> Option<usize> {
-    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 16] = [
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 17] = [
         nccl,
         glog,
         c10_bracket,
@@ -194,6 +195,7 @@ fn one(s: &str, o: &mut Origin) -> Option<usize> {
         srun,
         pdsh,
         compose,
+        kubectl,
         quote,
     ];
     GRAMMARS.iter().find_map(|f| {
@@ -568,6 +570,23 @@ fn compose(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
+/// `kubectl logs --prefix`'s `[pod/trainer-0/pytorch] `. Like the journal's prefix it names no
+/// stream key: the prefixes after it do (`[rank0]: ` of a launcher in the pod), and the pod's
+/// lines without them must stay compatible with them. (Pods whose lines interleave, read with a
+/// label selector, are told apart by those inner prefixes only.)
+fn kubectl(s: &str, _o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    c.lit("[pod/")?;
+    c.run(|b| is_word(b) || b == b'-' || b == b'.', 253)?;
+    c.lit("/")?;
+    c.run(|b| is_word(b) || b == b'-' || b == b'.', 253)?;
+    c.lit("]")?;
+    if c.i < s.len() {
+        c.lit(" ")?;
+    }
+    Some(c.i)
+}
+
 /// `> ` (or a lone `>`): a quoted line. `>>> ` (Python's prompt) is three of them, which is as
 /// good: what follows is the text.
 fn quote(s: &str, _o: &mut Origin) -> Option<usize> {
@@ -742,6 +761,9 @@ mod tests {
             "  File \"/app/train.py\", line 88, in <module>"
         );
         assert_eq!(s("app_web_1 | Killed").0, "Killed");
+        let (m, o) = s("[pod/trainer-0/pytorch] torch.OutOfMemoryError: CUDA out of memory.");
+        assert_eq!((m, o), ("torch.OutOfMemoryError: CUDA out of memory.", Origin::default()));
+        assert_eq!(s("[pod/trainer-0] boom").0, "[pod/trainer-0] boom");
         assert_eq!(s("app_web_1 |").0, "");
         // Not a service: no replica number, no space before the bar, a shell pipeline.
         for line in ["echo hi | grep h", "web | boom", "web-1| boom", "-1 | boom", "1 | boom"] {

@@ -71,12 +71,12 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
 /// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
 /// logger's record per line, a committed notebook's stream and traceback output, trailing blanks, terminal colours, a stamp on every line (`kubectl
-/// logs --timestamps`, a bracketed one), the journal's prefix (`journalctl`), quote markers, and a
+/// logs --timestamps`, a bracketed one), a pod's (`kubectl logs --prefix`), the journal's prefix (`journalctl`), quote markers, and a
 /// uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 15] = [
+    const DECORATIONS: [(&str, Decorate); 16] = [
         ("CRLF", |l| format!("{l}\r")),
         // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
         ("HTML escapes", |l| {
@@ -114,6 +114,8 @@ fn decorated_lines_give_the_same_events() {
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
         ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
+        // A pod's log read with `kubectl logs --prefix`.
+        ("a pod's prefix", |l| format!("[pod/trainer-0/pytorch] {l}")),
         // A job that logs to the journal, read back with `journalctl` (or rsyslog's files).
         ("journal", |l| format!("Mar 25 12:15:11 node7 python3[8289]: {l}")),
         // A stamp in brackets on every line (SGLang's, a launcher's around its child's output).
