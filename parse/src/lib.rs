@@ -689,17 +689,24 @@ fn begins_alike(prev: &str, lead: &str) -> bool {
 
 /// True when a line (`raw`, `body` without its prefixes, of `origin`) may be a piece a terminal's
 /// hard wrap moved to a line of its own after a line whose decoration was `prev_lead` ([`lead`])
-/// and whose text began with `prev_start`: no logger's level or stream of its
-/// own, decorated as the line before or less (a paste's quote markers or indent, a stamp on every
+/// and whose text began with `prev_start` (of `prev_origin`'s stream): no logger's level or stream
+/// of its own (a key other than that line's or one outside it), decorated as the line before or less (a paste's quote markers or indent, a stamp on every
 /// line of a log, on every piece; a logger's prefix on the first piece only), not indented beyond
 /// that (a frame's, a continuation's), and not begun with the stamp that began the line before (a
 /// logger's next line, its stamp unknown to the prefix grammars: [`same_start`]).
 /// Returns the decoration's width in characters, which the line before shares: the terminal's
 /// width is what follows it.
-fn wrap_piece(prev_lead: &str, prev_start: &str, raw: &str, body: &str, origin: &Origin) -> Option<usize> {
+fn wrap_piece(
+    prev_lead: &str,
+    prev_start: &str,
+    prev_origin: &Origin,
+    raw: &str,
+    body: &str,
+    origin: &Origin,
+) -> Option<usize> {
     let lead = lead(raw, body)?;
     (origin.level.is_none()
-        && origin.key.is_empty()
+        && (origin.key.is_empty() || origin.key == prev_origin.key || origin.holds(prev_origin))
         && begins_alike(prev_lead, lead)
         && !same_start(prev_start, body))
     .then(|| lead.chars().count())
@@ -943,7 +950,9 @@ impl Pending {
         }
         self.fields.pid = self.fields.pid.or(origin.pid);
         self.fields.gpu = self.fields.gpu.or(origin.gpu);
-        if self.origin.key.is_empty() && !origin.key.is_empty() {
+        // The event's stream: the first key it meets, narrowed to an inner prefix's (a service's
+        // line, then its launcher's rank's: `svctrainer-1` → `svctrainer-1|rank0`).
+        if (self.origin.key.is_empty() && !origin.key.is_empty()) || self.origin.holds(origin) {
             self.origin.key.clone_from(&origin.key);
         }
         self.idle = 0;
@@ -1058,7 +1067,7 @@ impl Pending {
         self.last.fed + 1 == fed
             && self.last.width >= MIN_WRAP_WIDTH
             && self.last.piece.len() + c.len() <= MAX_PIECE_BYTES
-            && wrap_piece(&self.last.lead, &self.last.start, raw, body, origin)
+            && wrap_piece(&self.last.lead, &self.last.start, &self.origin, raw, body, origin)
                 .is_some_and(|lead| self.last.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
     }
 
@@ -1276,8 +1285,15 @@ impl LogParser {
                 let head_body = prefix::strip(&h.raw).0;
                 let start: String = head_body.trim_start().chars().take(START_SHAPE).collect();
                 h.raw.trim_end().ends_with(|c: char| c.is_ascii_alphanumeric())
-                    && wrap_piece(lead(&h.raw, head_body).unwrap_or_default(), &start, raw, body, &origin)
-                        .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+                    && wrap_piece(
+                        lead(&h.raw, head_body).unwrap_or_default(),
+                        &start,
+                        &h.origin,
+                        raw,
+                        body,
+                        &origin,
+                    )
+                    .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
             })
             && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
             && family.zip(head.as_ref()).is_some_and(|(alone, h)| joined_says_more(&h.c, &c, alone));

@@ -28,7 +28,10 @@
 //! which would otherwise run into the hard-wrapped message's next line.
 //!
 //! The *stream key* (rank, task or pid) separates interleaved output of several processes: a
-//! continuation line is only joined to an event of the same key (or one without a key).
+//! continuation line is only joined to an event of the same key (or one without a key). Keys of
+//! nested prefixes nest (`trainer-1  | [rank0]: ` is `svctrainer-1|rank0`): a line with the outer
+//! key alone (the service's message before its rank's traceback) goes with either rank, two ranks
+//! stay apart.
 
 /// Most prefixes stripped from one line.
 pub const MAX_PREFIXES: usize = 6;
@@ -51,11 +54,36 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// True when lines of `self` and `other` may belong to the same message.
+    /// True when lines of `self` and `other` may belong to the same message: one has no key, or
+    /// the keys are equal, or one holds the other (`svctrainer-1` and `svctrainer-1|rank0`: a
+    /// service's line and its launcher's rank's).
     pub fn compatible(&self, other: &Origin) -> bool {
-        self.key.is_empty() || other.key.is_empty() || self.key == other.key
+        self.key.is_empty()
+            || other.key.is_empty()
+            || self.key == other.key
+            || self.holds(other)
+            || other.holds(self)
+    }
+
+    /// True when `other`'s key is this key with an inner prefix's key after it (`svctrainer-1`
+    /// holds `svctrainer-1|rank0`).
+    pub fn holds(&self, other: &Origin) -> bool {
+        !self.key.is_empty()
+            && other.key.strip_prefix(self.key.as_str()).is_some_and(|rest| rest.starts_with(KEY_SEPARATOR))
+    }
+
+    /// Sets the stream key a prefix names; inside an outer prefix's key, after it (`svctrainer-1`
+    /// then `[rank0]: ` → `svctrainer-1|rank0`).
+    fn add_key(&mut self, key: String) {
+        if !self.key.is_empty() {
+            self.key.push(KEY_SEPARATOR);
+        }
+        self.key.push_str(&key);
     }
 }
+
+/// Between an outer prefix's key and an inner one's.
+const KEY_SEPARATOR: char = '|';
 
 /// A small byte cursor for the prefix grammars.
 struct Cur<'a> {
@@ -234,7 +262,7 @@ fn nccl(s: &str, o: &mut Origin) -> Option<usize> {
     }
     o.pid = to_u32(pid);
     o.gpu = to_u32(dev);
-    o.key = format!("pid{pid}");
+    o.add_key(format!("pid{pid}"));
     Some(c.i)
 }
 
@@ -408,7 +436,7 @@ fn vllm_proc(s: &str, o: &mut Origin) -> Option<usize> {
         return None;
     }
     o.pid = to_u32(pid);
-    o.key = format!("pid{pid}");
+    o.add_key(format!("pid{pid}"));
     Some(c.i)
 }
 
@@ -435,7 +463,7 @@ fn rank(s: &str, o: &mut Origin) -> Option<usize> {
         format!("mpi{a},{b}")
     };
     let _ = c.lit(" ");
-    o.key = key;
+    o.add_key(key);
     Some(c.i)
 }
 
@@ -530,7 +558,7 @@ fn srun(s: &str, o: &mut Origin) -> Option<usize> {
     c.spaces();
     let task = c.digits(1, 5)?;
     c.lit(": ")?;
-    o.key = format!("task{task}");
+    o.add_key(format!("task{task}"));
     Some(c.i)
 }
 
@@ -543,9 +571,7 @@ fn pdsh(s: &str, o: &mut Origin) -> Option<usize> {
     if rank(rest, &mut probe).is_none() && bracket_stamp(rest, &mut probe).is_none() {
         return None;
     }
-    if o.key.is_empty() {
-        o.key = format!("host{}", String::from_utf8_lossy(host));
-    }
+    o.add_key(format!("host{}", String::from_utf8_lossy(host)));
     Some(c.i)
 }
 
@@ -566,7 +592,7 @@ fn compose(s: &str, o: &mut Origin) -> Option<usize> {
     if c.i < s.len() {
         c.lit(" ")?;
     }
-    o.key = format!("svc{}", String::from_utf8_lossy(name));
+    o.add_key(format!("svc{}", String::from_utf8_lossy(name)));
     Some(c.i)
 }
 
@@ -745,7 +771,14 @@ mod tests {
         assert_eq!(s("[1,0]<stderr>:boom"), ("boom", Origin { key: "mpi1,0".into(), ..Origin::default() }));
         assert_eq!(s("  0: boom").0, "boom");
         assert_eq!(s("worker-1: [rank8]: boom").0, "boom");
-        assert_eq!(s("worker-1: [rank8]: boom").1.key, "rank8");
+        assert_eq!(s("worker-1: [rank8]: boom").1.key, "hostworker-1|rank8");
+        // An outer prefix's key holds an inner one's; two inner ones differ.
+        let (service, rank0, rank1) =
+            (s("trainer-1  | boom").1, s("trainer-1  | [rank0]: boom").1, s("trainer-1  | [rank1]: boom").1);
+        assert_eq!(rank0.key, "svctrainer-1|rank0");
+        assert!(service.holds(&rank0) && service.compatible(&rank0) && rank0.compatible(&service));
+        assert!(!rank0.compatible(&rank1) && !rank0.holds(&service));
+        assert!(!s("trainer-11  | boom").1.compatible(&s("trainer-1  | boom").1));
     }
 
     #[test]

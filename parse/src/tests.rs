@@ -336,6 +336,31 @@ fn ranks_are_kept_apart() {
     }
 }
 
+/// Inside a service's (or a host's) prefix the ranks are still kept apart, and a line of the
+/// service without a rank (the message before its ranked traceback) joins the rank's lines.
+#[test]
+fn ranks_inside_a_service_are_kept_apart() {
+    let a = V2.replace("GPU 0", "GPU 1");
+    let lines: Vec<String> = wrap(V2, 70)
+        .into_iter()
+        .zip(wrap(&a, 70))
+        .flat_map(|(x, y)| [format!("trainer-1  | [rank0]: {x}"), format!("trainer-1  | [rank1]: {y}")])
+        .collect();
+    let events = parse_all(lines.iter().map(String::as_str));
+    assert_eq!(events.len(), 2, "{events:#?}");
+    for e in &events {
+        assert_eq!(e.fields.allocated, Some(55 * GIB));
+    }
+    let events = parse_all([
+        "trainer-1  | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.46 GiB.",
+        "trainer-1  | [rank0]: Traceback (most recent call last):",
+        "trainer-1  | [rank0]:   File \"/x/transformers/trainer.py\", line 3572, in training_step",
+        "trainer-1  | [rank0]:     loss = self.compute_loss(model, inputs)",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(Phase::Forward));
+}
+
 #[test]
 fn json_has_exactly_the_keys() {
     let e = &parse_all([V2])[0];

@@ -76,7 +76,7 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 16] = [
+    const DECORATIONS: [(&str, Decorate); 17] = [
         ("CRLF", |l| format!("{l}\r")),
         // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
         ("HTML escapes", |l| {
@@ -114,6 +114,8 @@ fn decorated_lines_give_the_same_events() {
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
         ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
+        // A Compose service's log (`docker compose logs`).
+        ("a service's prefix", |l| format!("trainer-1  | {l}")),
         // A pod's log read with `kubectl logs --prefix`.
         ("a pod's prefix", |l| format!("[pod/trainer-0/pytorch] {l}")),
         // A job that logs to the journal, read back with `journalctl` (or rsyslog's files).
