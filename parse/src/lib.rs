@@ -1154,11 +1154,13 @@ pub struct LogParser {
     /// quoted with spaces): removed from the lines after it while they have it, so that its
     /// frames and exception line read as they were printed.
     margin: String,
-    /// The previous line when no event took it and it is a source line of PyTorch's own code that
-    /// places a failure (`phase::signature_line`; a paste that kept only the last source line of
-    /// the traceback): (its line number, the parser's counter, the line). A failure that starts
-    /// on the next line begins with it.
-    source_line: Option<(u64, u64, String)>,
+    /// The last line no event took (kept in one buffer, its line number and the parser's counter
+    /// then): a failure that starts on the line after it begins with it when it is a source line
+    /// of PyTorch's own code that places a failure (`phase::signature_line`; a paste that kept only
+    /// the last source line of the traceback). Asked only when a failure starts, so a line costs a
+    /// copy, not a search.
+    untaken: String,
+    untaken_at: (u64, u64),
 }
 
 impl LogParser {
@@ -1379,9 +1381,9 @@ impl LogParser {
                     self.start(Family::Torch, Line { raw, body, c: &c }, origin, None, &mut out);
                 }
                 None => {
-                    if body.contains('(') && phase::signature_line(body).is_some() {
-                        self.source_line = Some((self.line, fed, raw.to_owned()));
-                    }
+                    self.untaken.clear();
+                    self.untaken.push_str(raw);
+                    self.untaken_at = (self.line, fed);
                     self.track_traceback(raw, body, &c, origin.clone(), &mut out);
                     let mut i = 0;
                     while i < self.pending.len() {
@@ -1502,14 +1504,14 @@ impl LogParser {
                 (tb.start, tb.into_raw(), true)
             }
             // A source line of PyTorch's own code right before it, without its traceback.
-            (None, None) => match self.source_line.take() {
-                Some((line, at, raw)) if at + 1 == fed => {
-                    let mut lines = RawLines::default();
-                    lines.push(&raw);
-                    (line, lines, false)
-                }
-                _ => (self.line, RawLines::default(), false),
-            },
+            (None, None)
+                if self.untaken_at.1 + 1 == fed && phase::signature_line(&self.untaken).is_some() =>
+            {
+                let mut lines = RawLines::default();
+                lines.push(&self.untaken);
+                (self.untaken_at.0, lines, false)
+            }
+            (None, None) => (self.line, RawLines::default(), false),
         };
         let mut p = Pending {
             family,

@@ -393,8 +393,8 @@ pub fn phase_of(lines: &[&str], compact: &str) -> Option<PhaseFinding> {
             consider(p, clue);
         }
     }
-    // A source line of PyTorch's own code without its frame line.
-    for l in lines.iter().filter(|l| frame_of(l).is_none()) {
+    // A source line of PyTorch's own code, also without its frame line.
+    for l in lines {
         if let Some((p, clue)) = signature_line(l) {
             consider(p, clue);
         }
