@@ -319,13 +319,14 @@ fn repeated_print_is_one_event() {
     assert_eq!(p.duplicates(), 1);
 }
 
-#[test]
-fn ranks_are_kept_apart() {
+/// Two ranks' messages (GPU 0 and GPU 1), wrapped at 70 columns and interleaved line by line,
+/// each line behind `decoration` and its rank's prefix: two events, each with its own numbers.
+fn check_interleaved_ranks(decoration: &str) {
     let a = V2.replace("GPU 0", "GPU 1");
     let lines: Vec<String> = wrap(V2, 70)
         .into_iter()
         .zip(wrap(&a, 70))
-        .flat_map(|(x, y)| [format!("[rank0]: {x}"), format!("[rank1]: {y}")])
+        .flat_map(|(x, y)| [format!("{decoration}[rank0]: {x}"), format!("{decoration}[rank1]: {y}")])
         .collect();
     let events = parse_all(lines.iter().map(String::as_str));
     assert_eq!(events.len(), 2, "{events:#?}");
@@ -336,21 +337,17 @@ fn ranks_are_kept_apart() {
     }
 }
 
+#[test]
+fn ranks_are_kept_apart() {
+    check_interleaved_ranks("");
+}
+
 /// Inside a service's (or a host's) prefix the ranks are still kept apart, and a line of the
 /// service without a rank (the message before its ranked traceback) joins the rank's lines.
 #[test]
 fn ranks_inside_a_service_are_kept_apart() {
-    let a = V2.replace("GPU 0", "GPU 1");
-    let lines: Vec<String> = wrap(V2, 70)
-        .into_iter()
-        .zip(wrap(&a, 70))
-        .flat_map(|(x, y)| [format!("trainer-1  | [rank0]: {x}"), format!("trainer-1  | [rank1]: {y}")])
-        .collect();
-    let events = parse_all(lines.iter().map(String::as_str));
-    assert_eq!(events.len(), 2, "{events:#?}");
-    for e in &events {
-        assert_eq!(e.fields.allocated, Some(55 * GIB));
-    }
+    check_interleaved_ranks("trainer-1  | ");
+    check_interleaved_ranks("worker-1: ");
     let events = parse_all([
         "trainer-1  | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.46 GiB.",
         "trainer-1  | [rank0]: Traceback (most recent call last):",

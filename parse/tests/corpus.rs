@@ -213,6 +213,20 @@ fn hard_wrapped_records_keep_their_event() {
     assert!(lost.len() <= MOST_LOST, "{} lost: {}", lost.len(), lost.join(" "));
 }
 
+/// What an event reads, whatever lines it was read from: its kind, framework, numbers, phase,
+/// hint and host-memory evidence.
+fn reading(e: &ParsedOom) -> String {
+    format!(
+        "{} {} {:?} {:?} {:?} {:?}",
+        e.kind.as_str(),
+        e.framework,
+        e.fields,
+        e.phase.as_ref().map(|p| p.phase),
+        e.hint,
+        e.host_evidence
+    )
+}
+
 /// A record's whole text inside one JSON document — a server's error response (`{"error":
 /// {"code": 500, "message": "…"}}`), a JSON logger's record with the traceback in a field — is
 /// one line whose newlines are escaped: read as the lines it carries (`structured.rs`, kernel
@@ -223,20 +237,7 @@ fn hard_wrapped_records_keep_their_event() {
 fn records_inside_one_json_document_or_a_repr_keep_their_events() {
     let records = oomlens_corpus::load().expect("corpus");
     let what = |events: Vec<ParsedOom>| -> Vec<String> {
-        let mut said: Vec<String> = events
-            .iter()
-            .map(|e| {
-                format!(
-                    "{} {} {:?} {:?} {:?} {:?}",
-                    e.kind.as_str(),
-                    e.framework,
-                    e.fields,
-                    e.phase.as_ref().map(|p| p.phase),
-                    e.hint,
-                    e.host_evidence
-                )
-            })
-            .collect();
+        let mut said: Vec<String> = events.iter().map(reading).collect();
         said.sort();
         said
     };
@@ -307,19 +308,7 @@ fn messages_broken_into_sentences_keep_their_events() {
             })
             .collect()
     };
-    let what = |events: Vec<ParsedOom>| -> Option<String> {
-        events.first().map(|e| {
-            format!(
-                "{} {} {:?} {:?} {:?} {:?}",
-                e.kind.as_str(),
-                e.framework,
-                e.fields,
-                e.phase.as_ref().map(|p| p.phase),
-                e.hint,
-                e.host_evidence
-            )
-        })
-    };
+    let what = |events: Vec<ParsedOom>| -> Option<String> { events.first().map(reading) };
     let sentence_ends = ["out of memory.", "is free.", "memory in use.", "but unallocated."];
     let mut changed = Vec::new();
     let mut broken_records = 0;
