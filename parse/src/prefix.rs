@@ -16,8 +16,8 @@
 //!   `(RayWorkerWrapper pid=1234, ip=10.0.0.1) ` — pid 1234;
 //! * rank prefixes `[rank3]: `, `[default3]:` (torchrun), `[1,0]<stderr>:` (mpirun), Slurm
 //!   `srun --label` ` 3: `, pdsh `worker-1: ` (only in front of another known prefix);
-//! * syslog and the journal: `Mar 25 12:15:11 node7 python3[8289]: `, `2024-03-25T12:15:11.123456+00:00
-//!   node7 python3[8289]: ` (`journalctl`, rsyslog's files);
+//! * syslog and the journal (`journalctl`, rsyslog's files): `Mar 25 12:15:11 node7
+//!   python3[8289]: `, `2024-03-25T12:15:11.123456+00:00 node7 python3[8289]: `;
 //! * ISO-8601 stamps `2024-05-01T12:00:00.123Z ` (e.g. `kubectl logs --timestamps`);
 //! * Docker Compose's `vllm-1  | ` (the service, its replica number; the stream's key);
 //! * `kubectl logs --prefix`'s `[pod/trainer-0/pytorch] `;

@@ -174,8 +174,8 @@ fn escaped(line: &str) -> Option<Vec<String>> {
     (!out.is_empty()).then_some(out)
 }
 
-/// True when `line` is one string literal, as a list's element (`      "\u001b[0;31mOutOfMemoryError\u001b[0m: …",`:
-/// a notebook's error output, one traceback line per element, its colours escaped).
+/// True when `line` is one string literal, as a list's element (a notebook's error output, one
+/// traceback line per element, its colours escaped: `"\u001b[0;31mOutOfMemoryError\u001b[0m: …",`).
 fn string_element(line: &str) -> bool {
     let t = line.trim();
     let t = t.strip_suffix(',').unwrap_or(t);

@@ -70,9 +70,10 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
 /// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
-/// logger's record per line, a committed notebook's stream and traceback output, trailing blanks, terminal colours, a stamp on every line (`kubectl
-/// logs --timestamps`, a bracketed one), a pod's (`kubectl logs --prefix`), the journal's prefix (`journalctl`), quote markers, and a
-/// uniform indent (a paste inside a list).
+/// logger's record per line, a committed notebook's stream and traceback output, trailing blanks,
+/// terminal colours, a stamp on every line (`kubectl logs --timestamps`, a bracketed one), a
+/// Compose service's prefix, a pod's (`kubectl logs --prefix`), the journal's (`journalctl`),
+/// quote markers, and a uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
