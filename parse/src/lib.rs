@@ -1368,6 +1368,10 @@ impl LogParser {
                 .or_else(|| self.pending.iter().rposition(|p| p.continued_by_wrap(&line, &origin, fed)));
             match taker {
                 Some(i) => {
+                    // A line an event took is that event's, not a head a failure may begin with
+                    // (`… | Tried to allocate 1.36 GiB.` behind a long logger prefix, then `GPU 0
+                    // has a total capacity …`: the message's next sentence, not a new failure).
+                    self.head = None;
                     let p = &mut self.pending[i];
                     p.push_line(Line { raw, body, c: &c }, &origin, fed);
                     if p.in_traceback && traceback_header(body) {

@@ -8,7 +8,8 @@
 //! * TensorFlow/absl `2024-05-01 12:00:00.123456: E tensorflow/…/bfc_allocator.cc:479] ` (the
 //!   source path is kept: it tells TensorFlow from XLA/JAX);
 //! * Python logging `2024-05-01 12:00:00,123 - ERROR - `, `2024-05-01 12:00:00,123 - name - ERROR - `
-//!   (also without the fraction of a second), `ERROR:root:`;
+//!   (also without the fraction of a second), `ERROR:root:`, loguru's `2024-05-01 12:00:00.123 |
+//!   ERROR    | train:main:42 - `;
 //! * bracketed stamps: DeepSpeed's `[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:fn] `, a
 //!   script's `[2024-09-16 12:53:56] [INFO] `, SGLang's `[2024-05-01 12:00:00] ` without a level;
 //! * vLLM `ERROR 05-01 12:00:00 [engine.py:12] ` / `ERROR 05-01 12:00:00 engine.py:12] ` and its
@@ -207,13 +208,14 @@ fn src_file(c: &mut Cur<'_>) -> Option<String> {
 
 /// One prefix at the start of `s`: the remaining text and what it said.
 fn one(s: &str, o: &mut Origin) -> Option<usize> {
-    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 17] = [
+    const GRAMMARS: [fn(&str, &mut Origin) -> Option<usize>; 18] = [
         nccl,
         glog,
         c10_bracket,
         absl,
         pylog,
         pylog_short,
+        loguru,
         bracket_stamp,
         vllm_level,
         vllm_proc,
@@ -342,6 +344,29 @@ fn pylog(s: &str, o: &mut Origin) -> Option<usize> {
         c.run(|b| b != b' ', 128)?;
     }
     None
+}
+
+/// loguru's default format: `2024-05-01 12:00:00.123 | ERROR    | train:main:42 - ` (the level
+/// padded to eight; loguru's own `SUCCESS` and `TRACE` too).
+fn loguru(s: &str, o: &mut Origin) -> Option<usize> {
+    let mut c = Cur::new(s);
+    date(&mut c)?;
+    c.lit(" ")?;
+    hhmmss(&mut c)?;
+    fraction(&mut c);
+    c.lit(" | ")?;
+    let level = match level(&mut c) {
+        Some(l) => l,
+        None if c.lit("SUCCESS").is_some() => b'I',
+        None if c.lit("TRACE").is_some() => b'D',
+        None => return None,
+    };
+    c.spaces();
+    c.lit("| ")?;
+    c.until(b' ', 512)?;
+    c.lit(" - ")?;
+    o.level = Some(level);
+    Some(c.i)
 }
 
 fn pylog_short(s: &str, o: &mut Origin) -> Option<usize> {
@@ -716,6 +741,10 @@ mod tests {
         assert_eq!(s("2024-05-01 12:00:00,123 - ERROR - boom").0, "boom");
         assert_eq!(s("2024-05-01 12:00:00,123 - trainer.main - ERROR - boom").0, "boom");
         assert_eq!(s("ERROR:root:boom").0, "boom");
+        let (m, o) = s("2024-05-01 12:00:00.123 | ERROR    | train:main:42 - CUDA out of memory.");
+        assert_eq!((m, o.level), ("CUDA out of memory.", Some(b'E')));
+        assert_eq!(s("2024-05-01 12:00:00.123 | SUCCESS  | app:run:7 - done").0, "done");
+        assert_eq!(s("2024-05-01 12:00:00.123 | nothing").0, "2024-05-01 12:00:00.123 | nothing");
         assert_eq!(s("[2024-05-01 12:00:00,123] [ERROR] [stage3.py:12:step] boom").0, "boom");
         let (m, o) = s("[2024-09-16 12:53:56] [INFO] Of the allocated memory 4.00 GiB");
         assert_eq!((m, o.level), ("Of the allocated memory 4.00 GiB", Some(b'I')));

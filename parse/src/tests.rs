@@ -254,12 +254,31 @@ fn a_message_broken_after_its_headline_is_one_event() {
         // The journal's prefix on every line; a script's bracketed stamp and level.
         sentences.lines().map(|l| format!("Mar 25 12:15:11 node7 python3[8289]: {l}\n")).collect(),
         sentences.lines().map(|l| format!("[2024-09-16 12:53:56] [INFO] {l}\n")).collect(),
+        // Behind loguru's long prefix a short sentence fills a terminal's width: taken by the
+        // message, it is no head of another failure.
+        sentences
+            .lines()
+            .map(|l| format!("2024-05-01 12:00:00.123 | ERROR    | train:main:42 - {l}\n"))
+            .collect(),
     ] {
         let events = parse_all(text.lines());
         assert_eq!(events.len(), 1, "{text}\n{events:?}");
         assert_eq!(events[0].line, 1);
         check_v2(&events[0]);
     }
+    // Each clause on a line of its own behind loguru's prefix (a user's re-typed message): the
+    // short `Tried to allocate 1.36 GiB.` fills a terminal's width with the prefix, but the
+    // message took it, so the next clause does not start another failure with it.
+    let p = "2024-05-01 12:00:00.123 | ERROR    | train:main:42 - ";
+    let lines = [
+        format!("{p}torch.OutOfMemoryError: CUDA out of memory."),
+        format!("{p}Tried to allocate 1.36 GiB."),
+        format!("{p}GPU 0 has a total capacity of 23.65 GiB of which 1.36 GiB is free."),
+        format!("{p}Of the allocated memory 21.73 GiB is allocated by PyTorch."),
+    ];
+    let events = parse_all(lines.iter().map(String::as_str));
+    assert_eq!(kinds(&events), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!((events[0].fields.capacity.is_some(), events[0].fields.allocated.is_some()), (true, true));
     // A device's failure in a program's words, its numbers after a blank line (Ascend).
     let events = parse_all([
         "[Stage-0] ERROR 01-15 09:49:55 [diffusion_engine.py:169] Generation failed: NPU out of memory.",

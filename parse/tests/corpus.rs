@@ -71,13 +71,14 @@ fn said(events: &[ParsedOom]) -> Vec<String> {
 /// Each record's events stay the same when its lines come the way a node's log or a paste may
 /// carry them: Windows line ends, no-break spaces, typographic quotes, HTML escapes, a JSON
 /// logger's record per line, a committed notebook's stream and traceback output, trailing blanks,
-/// terminal colours, a stamp on every line (`kubectl logs --timestamps`, a bracketed one), a
+/// terminal colours, a stamp on every line (`kubectl logs --timestamps`, a bracketed one), loguru's
+/// prefix, a
 /// Compose service's prefix, a pod's (`kubectl logs --prefix`), the journal's (`journalctl`),
 /// quote markers, and a uniform indent (a paste inside a list).
 #[test]
 fn decorated_lines_give_the_same_events() {
     type Decorate = fn(&str) -> String;
-    const DECORATIONS: [(&str, Decorate); 17] = [
+    const DECORATIONS: [(&str, Decorate); 18] = [
         ("CRLF", |l| format!("{l}\r")),
         // A page's copy of an escaped paste (`&gt;&gt;`, `&quot;`).
         ("HTML escapes", |l| {
@@ -115,6 +116,8 @@ fn decorated_lines_give_the_same_events() {
         ("trailing blanks", |l| format!("{l}  \t")),
         ("colours", |l| format!("\x1b[1;31m{l}\x1b[0m")),
         ("stamps", |l| format!("2024-05-01T12:00:00.123456789Z {l}")),
+        // loguru's default format on every line (an app that logs its child's output).
+        ("loguru", |l| format!("2024-05-01 12:00:00.123 | ERROR    | train:main:42 - {l}")),
         // A Compose service's log (`docker compose logs`).
         ("a service's prefix", |l| format!("trainer-1  | {l}")),
         // A pod's log read with `kubectl logs --prefix`.
@@ -132,10 +135,21 @@ fn decorated_lines_give_the_same_events() {
     // frame whose function a terminal's wrap cut (`… in _initialize_k` / `v_caches`), behind vLLM's
     // worker prefix: indented four columns, the piece is as deep as a source line would be and is
     // not joined; the message places the failure instead (the same phase, another clue).
-    const CHANGED: [(&str, &str); 3] = [
+    // A logger's level on every piece of a line a terminal's hard wrap cut (loguru's prefix on
+    // each piece of these hard-wrapped pastes): each piece reads as the logger's own line — a
+    // terminal adds no prefix to a piece — so the pieces are not joined.
+    const CHANGED: [(&str, &str); 11] = [
+        ("cupy-explosion-spacy-8093", "loguru"),
+        ("jax-jax-ml-jax-788", "loguru"),
+        ("jax-mlcommons-algorithmic-efficiency-137", "loguru"),
+        ("jax-young-geng-easylm-33", "loguru"),
         ("pytorch-huggingface-trl-3172", "an indent"),
         ("pytorch-huggingface-trl-3172", "a tab"),
+        ("pytorch-qibin0506-llm-trainer-2", "loguru"),
+        ("tensorflow-xamyzhao-brainstorm-10", "loguru"),
+        ("vllm-sergiiob-intel-arc-pro-b70-inference-cookbook-4", "loguru"),
         ("vllm-sergiiob-intel-arc-pro-b70-inference-cookbook-4", "an indent"),
+        ("vllm-vllm-project-vllm-57595", "loguru"),
     ];
     let records = oomlens_corpus::load().expect("corpus");
     let decorated = |text: &str, f: Decorate| text.lines().map(|l| f(l) + "\n").collect::<String>();
