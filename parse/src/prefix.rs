@@ -326,10 +326,7 @@ fn absl(s: &str, o: &mut Origin) -> Option<usize> {
 
 fn pylog(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
-    date(&mut c)?;
-    c.lit(" ")?;
-    hhmmss(&mut c)?;
-    fraction(&mut c);
+    stamp(&mut c)?;
     // ` - LEVEL - ` or ` - name - LEVEL - ` (name without ` - `).
     for _ in 0..2 {
         c.lit(" - ")?;
@@ -350,10 +347,7 @@ fn pylog(s: &str, o: &mut Origin) -> Option<usize> {
 /// padded to eight; loguru's own `SUCCESS` and `TRACE` too).
 fn loguru(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
-    date(&mut c)?;
-    c.lit(" ")?;
-    hhmmss(&mut c)?;
-    fraction(&mut c);
+    stamp(&mut c)?;
     c.lit(" | ")?;
     let level = match level(&mut c) {
         Some(l) => l,
@@ -376,6 +370,15 @@ fn pylog_short(s: &str, o: &mut Origin) -> Option<usize> {
     c.run(|b| is_word(b) || b == b'.', 128)?;
     c.lit(":")?;
     Some(c.i)
+}
+
+/// A logger's date and time, `2024-05-01 12:00:00` with its fraction of a second when there is one.
+fn stamp(c: &mut Cur<'_>) -> Option<()> {
+    date(c)?;
+    c.lit(" ")?;
+    hhmmss(c)?;
+    fraction(c);
+    Some(())
 }
 
 /// A logger's fraction of a second after the time (`,123`, `.123456`), when there is one.
