@@ -1313,8 +1313,11 @@ impl LogParser {
                 frameworks::detect(&joined_c)
                     .map(|f| (f, None))
                     .or_else(|| {
-                        let joined = format!("{}{raw}", prefix::strip(head_raw).0);
-                        host::detect(&joined)
+                        // Cut inside a word by a terminal's hard wrap, or at a space by a word
+                        // wrap (`… DefaultCPUAllocator: not` / `enough memory: …`).
+                        let head_body = prefix::strip(head_raw).0;
+                        host::detect(&format!("{head_body}{raw}"))
+                            .or_else(|| host::detect(&format!("{} {}", head_body.trim_end(), raw.trim_start())))
                             .filter(|s| {
                                 !self.launcher_explained(s, head_origin) && !self.timeout_explained(s)
                             })

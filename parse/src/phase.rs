@@ -289,8 +289,16 @@ pub(crate) fn join_cut_frames<'a>(lines: &[&'a str]) -> Vec<Cow<'a, str>> {
         if line.trim_start().starts_with("File ") && frame_of(line).is_none() {
             joined.push_str(line);
             for (k, next) in lines.iter().enumerate().skip(i + 1).take(2) {
+                // Cut inside a word by a terminal's hard wrap, or at a space by a word wrap
+                // (`…/common_utils.py", line 2759,` / `in wrapper`).
+                let spaced = format!("{} {}", joined.trim_end(), next.trim_start());
                 joined.push_str(next);
                 if frame_of(&joined).is_some() {
+                    taken = k - i;
+                    break;
+                }
+                if frame_of(&spaced).is_some() {
+                    joined = spaced;
                     taken = k - i;
                     break;
                 }
@@ -539,17 +547,21 @@ mod tests {
             "ward",
             "  File \"/x/data/loader.py\", line 9, in load_everything_for_the_epoch_from_the_disk_at_once",
             "    name=name)",
+            // A word wrap at the space before `in`.
+            "  File \"/usr/local/lib/python3.10/dist-packages/torch/testing/_internal/common_utils.py\", line 2759,",
+            "in wrapper",
         ];
         let joined = join_cut_frames(&lines);
         let joined: Vec<&str> = joined.iter().map(AsRef::as_ref).collect();
-        assert_eq!(joined.len(), 5, "{joined:#?}");
+        assert_eq!(joined.len(), 6, "{joined:#?}");
         let found: Vec<_> = frames(&joined).iter().map(|f| (file_name(f.file), f.function)).collect();
         assert_eq!(
             found,
             [
                 ("module.py", "__call__"),
                 ("net.py", "forward"),
-                ("loader.py", "load_everything_for_the_epoch_from_the_disk_at_once")
+                ("loader.py", "load_everything_for_the_epoch_from_the_disk_at_once"),
+                ("common_utils.py", "wrapper")
             ]
         );
         assert_eq!(frames(&joined)[0].source, Some("result = self.forward(*input, **kwargs)"));

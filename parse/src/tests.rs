@@ -1036,6 +1036,12 @@ fn terminal_wrapped_lines() {
     ]);
     assert_eq!(mpi.len(), 1);
     assert_eq!(mpi[0].framework, "mpi");
+    // A word wrap (at a space, as `rich` or a mail client wraps): the words joined with a space.
+    let word_wrapped = parse_all([
+        "RuntimeError: [enforce fail at ..\\c10\\core\\impl\\alloc_cpu.cpp:72] data. DefaultCPUAllocator: not",
+        "enough memory: you tried to allocate 26214400 bytes.",
+    ]);
+    assert_eq!(kinds(&word_wrapped), [("host_oom_kill", "pytorch", 1)]);
     // A host symptom's own word cut in two.
     let databricks = parse_all([
         "com.databricks.backend.common.rpc.DriverStoppedException: Driver down cause: driver state change (ex",
