@@ -13,6 +13,9 @@
 //! * `pytorch.rs` — PyTorch's allocator message (1.0 … 2.x, ROCm).
 //! * `frameworks.rs` — every other family (CUDA runtime, cuBLAS, cuDNN, NCCL, TensorFlow, BFC,
 //!   JAX/XLA, HIP, CuPy, llama.cpp, vLLM, …): detection, continuation lines, numbers.
+//! * `frames.rs` — tracebacks' frame lines in every format (Python's, a wrap's pieces joined,
+//!   IPython / Jupyter / Colab cells, `rich`'s boxed tracebacks) and each frame's active source
+//!   line.
 //! * `phase.rs` — the phase read from the traceback frames around a message; `host.rs` — host-memory
 //!   symptoms in job logs (killed workers, `Killed`, exit 137); `hint.rs` — what a message's own
 //!   words say about the cause (`message.hint`; for TensorFlow also the refused tensor's shape);
@@ -62,7 +65,7 @@
 //! taken by its event when the two say more together than apart. A failure's line begun inside a
 //! word or a number is read with the held line before it when that names its program. The pieces
 //! of a cut frame line stay in the traceback and are joined again before the phase is read
-//! (`phase::join_cut_frames`).
+//! (`frames::join_cut_frames`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -93,6 +96,7 @@
 //! line is therefore linear in the line's length, whatever came before.
 
 pub mod command;
+mod frames;
 pub mod frameworks;
 pub mod generic;
 pub mod hint;
@@ -796,8 +800,8 @@ fn traceback_header(body: &str) -> bool {
 fn is_frame(body: &str) -> bool {
     body.starts_with([' ', '\t'])
         || body.starts_with("-->")
-        || phase::frame_of(body).is_some()
-        || phase::frame_piece(body)
+        || frames::frame_of(body).is_some()
+        || frames::frame_piece(body)
         || body.starts_with("Traceback (most recent call last)")
         || body.starts_with("During handling of the above exception")
         || body.starts_with("The above exception was the direct cause")
@@ -904,7 +908,7 @@ impl Pending {
     fn push_line(&mut self, line: Line<'_>, origin: &Origin, fed: u64) {
         let cut = self.cut_before(&line, origin, fed);
         let Line { raw, body, c: compact } = line;
-        self.after_frame = phase::frame_of(body).is_some();
+        self.after_frame = frames::frame_of(body).is_some();
         self.in_traceback = traceback_header(body) || (self.in_traceback && is_frame(body));
         self.raw.push(raw);
         self.idle = 0;
@@ -1112,7 +1116,7 @@ impl Pending {
             // Frames printed after a complete message (debuggers print innermost first), each
             // with its source line.
             let trailer = self.complete
-                && (phase::frame_of(body).is_some()
+                && (frames::frame_of(body).is_some()
                     || (self.after_frame && body.starts_with([' ', '\t']) && !body.trim().is_empty()));
             pytorch::continues(body) || trailer
         } else {
@@ -1317,7 +1321,9 @@ impl LogParser {
                         // wrap (`… DefaultCPUAllocator: not` / `enough memory: …`).
                         let head_body = prefix::strip(head_raw).0;
                         host::detect(&format!("{head_body}{raw}"))
-                            .or_else(|| host::detect(&format!("{} {}", head_body.trim_end(), raw.trim_start())))
+                            .or_else(|| {
+                                host::detect(&format!("{} {}", head_body.trim_end(), raw.trim_start()))
+                            })
                             .filter(|s| {
                                 !self.launcher_explained(s, head_origin) && !self.timeout_explained(s)
                             })
@@ -1610,7 +1616,7 @@ impl LogParser {
         let Some(i) = open else {
             // A paste that starts inside a traceback (its header cut off; its first frame line
             // perhaps cut by a terminal's wrap too).
-            if phase::frame_of(body).is_some() || body.trim_start().starts_with("File \"") {
+            if frames::frame_of(body).is_some() || body.trim_start().starts_with("File \"") {
                 if self.tracebacks.len() >= MAX_PENDING {
                     let tb = self.tracebacks.remove(0);
                     self.close_named(tb, out);
@@ -1779,7 +1785,7 @@ impl LogParser {
         // frame): tracebacks are read from these.
         let bodies: Vec<&str> = lines.iter().map(|l| prefix::strip(l).0).collect();
         // Frame lines a terminal's hard wrap cut, joined again.
-        let bodies = phase::join_cut_frames(&bodies);
+        let bodies = frames::join_cut_frames(&bodies);
         let bodies: Vec<&str> = bodies.iter().map(AsRef::as_ref).collect();
         let phase = if p.compact.contains("dataloaderworker") {
             Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })

@@ -18,7 +18,7 @@
 //! around attention (the projections, the MLP, the logits) does not: it grows with batch × length
 //! alike.
 
-use crate::phase::{file_name, frames};
+use crate::frames::{file_name, frames};
 
 /// Words (lower case) that name attention code.
 const ATTENTION: &[&str] = &["attn", "attention", "scaled_dot_product", "sdpa"];
