@@ -401,7 +401,6 @@ const DEVICE: &[&str] = &[
     "opencl",
     "rocm",
     "xpu",
-    "npu",
     "metal",
     "mtl",
     "gl_",
@@ -438,8 +437,14 @@ const NOT_DEVICE_FAILURE: &[&str] = &[
 /// host's or the line falls back, retries or advises. `c` is the compact line.
 pub fn device_memory_failed(c: &str) -> bool {
     FAILED.iter().any(|w| has(c, w))
-        && DEVICE.iter().any(|w| has(c, w))
+        && (DEVICE.iter().any(|w| has(c, w)) || names_npu(c))
         && !NOT_DEVICE_FAILURE.iter().any(|w| has(c, w))
+}
+
+/// True when compact text `c` names an NPU (Ascend's `NPU out of memory`): `npu` not inside
+/// `input` (`Out of memory while reading input`, a notebook's `<ipython-input-10-…>`).
+fn names_npu(c: &str) -> bool {
+    c.match_indices("npu").any(|(i, _)| !c[..i].ends_with('i'))
 }
 
 #[cfg(test)]
@@ -457,6 +462,16 @@ mod tests {
             let line = format!("{} exit code 137", pre.to_lowercase().replace(|c: char| c.is_alphanumeric(), " "));
             prop_assert!(killed_by_sigkill(&line) || NOT_MEMORY_KILL.iter().any(|w| line.contains(w)), "{}", line);
         }
+    }
+
+    #[test]
+    fn an_npu_is_not_an_input() {
+        assert!(device_memory_failed("npuoutofmemory.triedtoallocate2.00gib"));
+        assert!(device_memory_failed("runtimeerror:[ascend]npu:0outofmemory"));
+        assert!(!device_memory_failed("outofmemorywhilereadinginput"));
+        assert!(!device_memory_failed(
+            "outofmemoryerrortraceback(mostrecentcalllast)<ipython-input-10-14d8a96daa0b>"
+        ));
     }
 
     #[test]

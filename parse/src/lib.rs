@@ -65,7 +65,7 @@
 //! taken by its event when the two say more together than apart. A failure's line begun inside a
 //! word or a number is read with the held line before it when that names its program. The pieces
 //! of a cut frame line stay in the traceback and are joined again before the phase is read
-//! (`frames::join_cut_frames`).
+//! (`frames::readable`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -799,7 +799,8 @@ fn traceback_header(body: &str) -> bool {
 
 fn is_frame(body: &str) -> bool {
     body.starts_with([' ', '\t'])
-        || body.starts_with("-->")
+        || frames::notebook_active(body).is_some()
+        || frames::boxed_line(body)
         || frames::frame_of(body).is_some()
         || frames::frame_piece(body)
         || body.starts_with("Traceback (most recent call last)")
@@ -1592,7 +1593,10 @@ impl LogParser {
     fn track_traceback(&mut self, raw: &str, body: &str, c: &str, origin: Origin, out: &mut Vec<ParsedOom>) {
         let open = self.traceback_of(&origin);
         let named = ipython_header(body);
-        if body.starts_with("Traceback (most recent call last)") || named.is_some() {
+        if body.starts_with("Traceback (most recent call last)")
+            || named.is_some()
+            || frames::boxed_header(body)
+        {
             match open {
                 // A chained exception continues the same traceback.
                 Some(i) if self.tracebacks[i].origin.key == origin.key => {
@@ -1616,7 +1620,10 @@ impl LogParser {
         let Some(i) = open else {
             // A paste that starts inside a traceback (its header cut off; its first frame line
             // perhaps cut by a terminal's wrap too).
-            if frames::frame_of(body).is_some() || body.trim_start().starts_with("File \"") {
+            if frames::frame_of(body).is_some()
+                || body.trim_start().starts_with("File \"")
+                || frames::boxed_frame(body)
+            {
                 if self.tracebacks.len() >= MAX_PENDING {
                     let tb = self.tracebacks.remove(0);
                     self.close_named(tb, out);
@@ -1784,8 +1791,8 @@ impl LogParser {
         // The lines without their loggers' prefixes (`kubectl logs --timestamps` stamps every
         // frame): tracebacks are read from these.
         let bodies: Vec<&str> = lines.iter().map(|l| prefix::strip(l).0).collect();
-        // Frame lines a terminal's hard wrap cut, joined again.
-        let bodies = frames::join_cut_frames(&bodies);
+        // `rich`'s boxed frames in Python's form, frame lines a wrap cut joined again.
+        let bodies = frames::readable(&bodies);
         let bodies: Vec<&str> = bodies.iter().map(AsRef::as_ref).collect();
         let phase = if p.compact.contains("dataloaderworker") {
             Some(PhaseFinding { phase: Phase::DataLoading, clue: "message: a DataLoader worker".into() })

@@ -359,7 +359,7 @@ mod tests {
         let fwd = "  File \"/x/torch/nn/modules/module.py\", line 1501, in _call_impl\n    return forward_call(*args, **kwargs)\n  File \"net.py\", line 5, in forward\n    y = self.conv(x)\nx";
         assert_eq!(phase(fwd), Some(Phase::Forward));
         let jupyter = "/usr/local/lib/python3.11/dist-packages/torch/optim/adam.py in _init_group(self, group)\n    173  # Exponential moving average of gradient values\n--> 174  state[\"exp_avg\"] = torch.zeros_like(\nOutOfMemoryError: x";
-        assert_eq!(phase(jupyter), Some(Phase::OptimizerStep), "Jupyter frames (source line not adjacent)");
+        assert_eq!(phase(jupyter), Some(Phase::OptimizerInit), "a Jupyter frame's source is its active line");
         let ipython = "File ~/env/site-packages/bitsandbytes/nn/modules.py:296, in Params4bit._quantize(self, device)\n    294 def _quantize(self, device):\nRuntimeError: CUDA driver error: out of memory";
         assert_eq!(phase(ipython), Some(Phase::Load));
         let colab = "[/usr/local/lib/python3.10/dist-packages/exllamav2/model.py](https://localhost:8080/#) in load_autosplit_gen(self, cache)\n    443  if current_device >= num_devices:\n--> 444  raise RuntimeError(\"Insufficient VRAM for model and cache\")\nRuntimeError: Insufficient VRAM for model and cache";

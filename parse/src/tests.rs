@@ -187,6 +187,41 @@ fn wrapped_frames_place_the_failure() {
     assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(oomlens_schema::Phase::Forward));
 }
 
+/// `rich`'s boxed traceback and a notebook's traceback are the failure's traceback: the event
+/// begins with them and their frames (the active source lines) place it.
+#[test]
+fn boxed_and_notebook_tracebacks_place_the_failure() {
+    let rich = parse_all([
+        "╭──────────────────── Traceback (most recent call last) ────────────────────╮",
+        "│ /home/u/train.py:42 in <module>                                            │",
+        "│                                                                            │",
+        "│ ❱ 42 │   model = load(args)                                                │",
+        "│                                                                            │",
+        "│ /home/u/.cache/huggingface/modules/transformers_modules/modeling_glm.py:20 │",
+        "│ 2 in forward                                                               │",
+        "│                                                                            │",
+        "│ ❱ 202 │   │   t = torch.arange(seq_len, device=x.device)                    │",
+        "╰────────────────────────────────────────────────────────────────────────────╯",
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 6.00 GiB total capacity; 5.24 GiB already allocated; 0 bytes free; 5.29 GiB reserved in total by PyTorch)",
+    ]);
+    assert_eq!(kinds(&rich), [("cuda_oom", "pytorch", 1)]);
+    let clue = rich[0].phase.as_ref().map(|p| (p.phase, p.clue.as_str()));
+    assert_eq!(clue, Some((Phase::Forward, "traceback: forward (modeling_glm.py)")));
+    let notebook = parse_all([
+        "---------------------------------------------------------------------------",
+        "OutOfMemoryError                          Traceback (most recent call last)",
+        "<ipython-input-10-14d8a96daa0b> in <module>()",
+        "      2 model = Net()",
+        "----> 3 model.to(device)",
+        "      4 train(model)",
+        "",
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 6.00 GiB total capacity; 5.24 GiB already allocated; 0 bytes free; 5.29 GiB reserved in total by PyTorch)",
+    ]);
+    assert_eq!(kinds(&notebook), [("cuda_oom", "pytorch", 2)]);
+    let clue = notebook[0].phase.as_ref().map(|p| (p.phase, p.clue.as_str()));
+    assert_eq!(clue, Some((Phase::Load, "traceback: model.to (<ipython-input-10-14d8a96daa0b>)")));
+}
+
 /// A wrapper re-raising a number-less failure in its own exception's name is the same failure (a
 /// desktop app's `ApiError: 500 …: CUDA error: out of memory` after the server's `500 …`); the
 /// same words after a progress bar glued before them are the next failure.
