@@ -402,7 +402,6 @@ const DEVICE: &[&str] = &[
     "rocm",
     "xpu",
     "metal",
-    "mtl",
     "gl_",
     "device_memory",
     "nvjpeg",
@@ -437,14 +436,18 @@ const NOT_DEVICE_FAILURE: &[&str] = &[
 /// host's or the line falls back, retries or advises. `c` is the compact line.
 pub fn device_memory_failed(c: &str) -> bool {
     FAILED.iter().any(|w| has(c, w))
-        && (DEVICE.iter().any(|w| has(c, w)) || names_npu(c))
+        && (DEVICE.iter().any(|w| has(c, w)) || SHORT_DEVICE.iter().any(|(w, inside)| names(c, w, inside)))
         && !NOT_DEVICE_FAILURE.iter().any(|w| has(c, w))
 }
 
-/// True when compact text `c` names an NPU (Ascend's `NPU out of memory`): `npu` not inside
-/// `input` (`Out of memory while reading input`, a notebook's `<ipython-input-10-…>`).
-fn names_npu(c: &str) -> bool {
-    c.match_indices("npu").any(|(i, _)| !c[..i].ends_with('i'))
+/// A device's short names, in compact form, and what before one makes it part of another word:
+/// Ascend's `npu` (not inside `input`: `Out of memory while reading input`, a notebook's
+/// `<ipython-input-10-…>`), Metal's `mtl` (not inside `html`: a link to a page).
+const SHORT_DEVICE: &[(&str, &str)] = &[("npu", "i"), ("mtl", "h")];
+
+/// True when compact text `c` has `word` other than right after `inside`.
+fn names(c: &str, word: &str, inside: &str) -> bool {
+    c.match_indices(word).any(|(i, _)| !c[..i].ends_with(inside))
 }
 
 #[cfg(test)]
@@ -465,13 +468,15 @@ mod tests {
     }
 
     #[test]
-    fn an_npu_is_not_an_input() {
+    fn a_device_inside_another_word_is_none() {
         assert!(device_memory_failed("npuoutofmemory.triedtoallocate2.00gib"));
         assert!(device_memory_failed("runtimeerror:[ascend]npu:0outofmemory"));
         assert!(!device_memory_failed("outofmemorywhilereadinginput"));
         assert!(!device_memory_failed(
             "outofmemoryerrortraceback(mostrecentcalllast)<ipython-input-10-14d8a96daa0b>"
         ));
+        assert!(device_memory_failed("failedtoallocatemtlbuffer"));
+        assert!(!device_memory_failed("outofmemory,seehttps://example.org/memory.html"));
     }
 
     #[test]
