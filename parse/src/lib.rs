@@ -1024,6 +1024,17 @@ impl Pending {
                 || c.starts_with("hipoutofmemory"))
     }
 
+    /// True when the line this event took last (the line before, `fed` being this one's number)
+    /// ends inside one of [`WRAPPED_WORDS`] that compact line `c` completes: one line a hard or a
+    /// word wrap cut inside the failure's words (`… OutOfMemoryError('CUDA out` / `of memory.
+    /// Tried to allocate 128.00 MiB. …`), whose second piece reads as a failure of its own.
+    fn words_run_on(&self, c: &str, fed: u64) -> bool {
+        self.last.fed + 1 == fed
+            && WRAPPED_WORDS
+                .iter()
+                .any(|w| (1..w.len()).any(|k| self.compact.ends_with(&w[..k]) && c.starts_with(&w[k..])))
+    }
+
     /// True when this event's message so far is only a PyTorch OOM's headline, or a device's
     /// `… out of memory.` in a program's words (`Generation failed: NPU out of memory.`), whose
     /// message may follow ([`Self::headline_of`]).
@@ -1475,9 +1486,10 @@ impl LogParser {
             p.origin.compatible(&origin)
                 && (frameworks::absorbs(p.family, family)
                     || p.announces(family, c)
+                    || p.words_run_on(c, fed)
                     || (p.in_traceback && p.family == family))
         }) {
-            if family == Family::Torch && p.headline_of(family, c) {
+            if family == Family::Torch && (p.headline_of(family, c) || p.words_run_on(c, fed)) {
                 // The rest of a PyTorch message whose headline alone was read as a CUDA error.
                 p.family = Family::Torch;
                 p.complete = false;

@@ -1077,6 +1077,17 @@ fn terminal_wrapped_lines() {
         "enough memory: you tried to allocate 26214400 bytes.",
     ]);
     assert_eq!(kinds(&word_wrapped), [("host_oom_kill", "pytorch", 1)]);
+    // A wrap inside the failure's words after a line that already reads as one: the second piece
+    // (a headless PyTorch message on its own) continues it.
+    let engine = parse_all([
+        "ERROR 03-19 10:55:18 [serving_chat.py:677] vllm.engine.multiprocessing.MQEngineDeadError: Engine",
+        "loop is not running. Inspect the stacktrace to find the original error: OutOfMemoryError('CUDA out",
+        "of memory. Tried to allocate 128.00 MiB. GPU 0 has a total capacity of 79.33 GiB of which 16.00 MiB",
+        "is free. Process 36891 has 79.29 GiB memory in use. Of the allocated memory 69.59 GiB is allocated",
+        "by PyTorch, and 118.89 MiB is reserved by PyTorch but unallocated.')",
+    ]);
+    assert_eq!(kinds(&engine), [("cuda_oom", "pytorch", 2)]);
+    assert_eq!((engine[0].fields.requested, engine[0].fields.capacity.is_some()), (Some(128 * MIB), true));
     // A host symptom's own word cut in two.
     let databricks = parse_all([
         "com.databricks.backend.common.rpc.DriverStoppedException: Driver down cause: driver state change (ex",
