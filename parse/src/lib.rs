@@ -63,7 +63,11 @@
 //! deeper, not begun with the stamp that began it (`wrap_piece`) — is read with it, so a number
 //! or a phrase the cut split is read as printed (`… allocate 740` / `6166528 bytes.`), and is
 //! taken by its event when the two say more together than apart. A failure's line begun inside a
-//! word or a number is read with the held line before it when that names its program. The pieces
+//! word or a number is read with the held line before it when that names its program; one that
+//! completes the failure's words the event's last line was cut inside (by a hard wrap or at a
+//! space by a word wrap: `… OutOfMemoryError('CUDA out` / `of memory. Tried to allocate …`)
+//! continues that event. A word wrap's pieces are also joined with a space where a host
+//! symptom's words or a frame line need it (`… DefaultCPUAllocator: not` / `enough memory`). The pieces
 //! of a cut frame line stay in the traceback and are joined again before the phase is read
 //! (`frames::readable`).
 //!
