@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N`, torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` / its driver's `halMemAlloc failed … drvRetCode=6` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N` (not its CPU provider's: `…_nchwc` nodes), DirectML's `BucketizedBufferAllocator … 8007000E Not enough memory resources` (framework `directml`), torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` / `[malloc_or_wait] Unable to allocate N bytes` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -12,7 +12,7 @@
 //! | Jax | `Out of memory while trying to allocate`, `Failed to allocate request for X (NB) on device ordinal N`, TPU `Ran out of memory in memory space hbm`, `Error allocating device buffer`, older PyTorch/XLA `Resource exhausted: Attempting to allocate X. That was not possible.`, XLA's `Failed to allocate N bytes for new constant` | `jax` |
 //! | Hip | `HIP error: out of memory`, `hipErrorOutOfMemory`, MIOpen's `Memory not available to allocate buffer: N` | `hip` |
 //! | Cupy | `OutOfMemoryError: Out of memory allocating 1,024 bytes (allocated so far: …)` | `cupy` |
-//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, `ggml_cuda_host_malloc: failed to allocate X of pinned memory`; the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory`; node-llama-cpp's `A context size of N is too large for the available VRAM`; ollama's `llama runner exited, you may not have enough available memory to run this model` | `llama.cpp` |
+//! | Ggml | `cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size N`, the Vulkan backend's `ggml_vulkan: Device memory allocation of size N failed.` / `ErrorOutOfDeviceMemory` (not a pinned host buffer, which falls back to a plain one); node-llama-cpp's `A context size of N is too large for the available VRAM`; ollama's `llama runner exited, you may not have enough available memory to run this model` | `llama.cpp` |
 //! | Vllm | `No available memory for the cache blocks`, `Free memory on device [cuda:N] (F/C GiB) on startup is less than desired GPU memory utilization (u, R GiB)`, `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the available KV cache memory (Y GiB)`, `max_num_seqs (N) exceeds available Mamba cache blocks` (an earlier `Memory profiling results: total_gpu_memory=…` line gives the capacity) | `vllm` |
 //! | Paddle | `Out of memory error on GPU N. Cannot allocate X memory on GPU N, [Y memory has been allocated and] available memory is only Z.` (older: `Cannot allocate X GPU memory, available memory is Y`; an issue title's head alone, `Out of memory error on GPU`) + its hints | `paddle` |
 //! | Serving | TGI `Not enough memory to handle N prefill tokens` / `… N total tokens with M prefill tokens`; SGLang `Not enough memory. Please try to increase --mem-fraction-static` | `tgi` / `sglang` |
@@ -106,6 +106,12 @@ pub fn detect(c: &str) -> Option<Family> {
     if has(c, "thecallerindicatesthatthisisnotafailure") || replica_wrapper(c) {
         return None;
     }
+    // llama.cpp's back-ends asking for a pinned host buffer fall back to a plain one when they
+    // cannot have it (`ggml_cuda_host_malloc: failed to allocate 349659.17 MiB of pinned memory:
+    // out of memory`, `ggml_vulkan: Failed to allocate pinned memory (… ErrorOutOfDeviceMemory)`).
+    if (has(c, "ggml_cuda_host_malloc") || has(c, "ggml_vulkan")) && has(c, "pinnedmemory") {
+        return None;
+    }
     if has(c, "outofmemoryallocating") || has(c, "outofmemorytoallocate") {
         return Some(Family::Cupy);
     }
@@ -151,8 +157,10 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Torch);
     }
-    // (Also the head alone, as an issue title carries it: `Out of memory error on GPU`.)
-    if has(c, "outofmemoryerrorongpu") {
+    // (Also the head alone, as an issue title carries it: `Out of memory error on GPU`.) Its
+    // allocator's exception as an operator reports it, before the message (`W0109 …
+    // operator.cc:179] mul raises an exception paddle::memory::allocation::BadAlloc,`).
+    if has(c, "outofmemoryerrorongpu") || has(c, "paddle::memory::allocation::badalloc") {
         return Some(Family::Paddle);
     }
     // The 1.5-era fluid allocator: `Cannot malloc 49.0002 MB GPU memory. Please shrink FLAGS_…`.
@@ -245,7 +253,6 @@ pub fn detect(c: &str) -> Option<Family> {
     }
     if has(c, "cudamallocfailed:outofmemory")
         || (has(c, "failedtoallocatecuda") && has(c, "bufferofsize"))
-        || has(c, "ggml_cuda_host_malloc:failedtoallocate")
         || (has(c, "unabletoallocate") && (has(c, "cuda0buffer") || has(c, "backendbuffer")))
         || has(c, "failedtoallocatebufferforkvcache")
         || has(c, "failedtoallocatecomputebuffers")
@@ -379,7 +386,13 @@ fn cuda_runtime(c: &str) -> bool {
         // ONNX Runtime's arena (the CUDA / DirectML execution providers' device memory):
         // `onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested
         // buffer of size N`.
-        || (has(c, "bfcarena") && has(c, "failedtoallocatememoryforrequestedbuffer"))
+        // (Not its CPU execution provider's arena, whose nodes the NCHWc layout renames
+        // `347_nchwc`: host memory, `host.rs`.)
+        || (has(c, "bfcarena") && has(c, "failedtoallocatememoryforrequestedbuffer") && !has(c, "_nchwc"))
+        // DirectML's buffer allocator (ONNX Runtime's DirectML execution provider): `…
+        // BucketizedBufferAllocator.cpp(122)\onnxruntime_pybind11_state.pyd!… Exception(1)
+        // tid(…) 8007000E Not enough memory resources are available to complete this operation.`
+        || (has(c, "bucketizedbufferallocator") && (has(c, "8007000e") || has(c, "enoughmemoryresources")))
         // torch-directml: `Could not allocate tensor with N bytes. There is not enough GPU video
         // memory available!`.
         || (has(c, "couldnotallocatetensorwith") && has(c, "notenoughgpuvideomemory"))
@@ -454,6 +467,9 @@ fn cuda_runtime(c: &str) -> bool {
         // exceeded`.
         || (has(c, "[metal::malloc]")
             && (has(c, "attemptingtoallocate") || has(c, "resourcelimit")))
+        // Its allocator waiting for memory to be freed, then giving up: `[malloc_or_wait] Unable
+        // to allocate 9663676416 bytes.`
+        || (has(c, "[malloc_or_wait]") && has(c, "unabletoallocate"))
         // (Its older releases said the same without the tag.)
         || mlx_buffer_limit(c)
         // Thrust (cuDF, XGBoost, CUDA C++) throws its device allocator's failure with the CUDA
@@ -529,6 +545,9 @@ fn cuda_runtime(c: &str) -> bool {
         // Cause: Available memory is insufficient.`, `reason=[driver error:out of memory]`.
         || (has(c, "el0004") && has(c, "failedtoallocatememory"))
         || has(c, "reason=[drivererror:outofmemory]")
+        // Its driver's allocation refused with `DRV_ERROR_OUT_OF_MEMORY` (6): `halMemAlloc
+        // failed:size=32(Byte), type=17, …, drvRetCode=6, device_id=0!`.
+        || ascend_driver_oom(c)
         // Kaldi's CUDA allocator: `ERROR (nnet3-chain-train[…]:AllocateNewRegion():cu-allocator.cc:
         // 513) Failed to allocate a memory region of 356515840 bytes.  Possibly smaller minibatch
         // size would help.  Memory info: free:190M, used:3844M, …`; its older allocator (and
@@ -828,6 +847,22 @@ const REQUEST_ANY: &[&str] = &[
 fn ends_code(c: &str, needle: &str) -> bool {
     after(c, needle, 0)
         .is_some_and(|e| !c.get(e..).is_some_and(|r| r.starts_with(|ch: char| ch.is_ascii_digit())))
+}
+
+/// True when compact line `c` is PaddlePaddle's operator reporting its allocator's exception
+/// without the message that follows it (`mul raises an exception
+/// paddle::memory::allocation::BadAlloc,`).
+pub fn paddle_report_head(c: &str) -> bool {
+    has(c, "paddle::memory::allocation::badalloc") && !has(c, "outofmemoryerrorongpu")
+}
+
+/// Huawei Ascend's driver refusing a device allocation for want of memory: `halMemAlloc
+/// failed` with `drvRetCode=6` (`DRV_ERROR_OUT_OF_MEMORY` in the driver's error codes).
+fn ascend_driver_oom(c: &str) -> bool {
+    has(c, "halmemallocfailed")
+        && after(c, "drvretcode=", 0).is_some_and(|p| {
+            c.as_bytes().get(p) == Some(&b'6') && !c.as_bytes().get(p + 1).is_some_and(u8::is_ascii_digit)
+        })
 }
 
 fn mlx_buffer_limit(c: &str) -> bool {
@@ -1140,11 +1175,6 @@ fn ggml(c: &str, f: &mut Fields) {
             f.requested = Some(v);
         }
     }
-    if let Some((v, _)) =
-        after(c, "ggml_cuda_host_malloc:failedtoallocate", 0).and_then(|p| size_at(c, p, false))
-    {
-        f.requested.get_or_insert(v);
-    }
     if let Some((v, _)) = after(c, "memoryallocationofsize", 0).and_then(|p| uint_at(c, p)) {
         f.requested.get_or_insert(v);
     }
@@ -1279,8 +1309,10 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "warp"
         } else if has(c, "vkallocatememory") || has(c, "vkresult:") {
             "vulkan"
-        } else if has(c, "metal::malloc") || mlx_buffer_limit(c) {
+        } else if has(c, "metal::malloc") || has(c, "[malloc_or_wait]") || mlx_buffer_limit(c) {
             "mlx"
+        } else if has(c, "bucketizedbufferallocator") {
+            "directml"
         } else if has(c, "onnxruntime") || has(c, "bfcarena") {
             "onnxruntime"
         } else if has(c, "gpuvideomemory") || has(c, "directml") {
@@ -1336,7 +1368,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "rapids"
         } else if has(c, "pt_devmem") {
             "habana"
-        } else if has(c, "el0004") || has(c, "[drivererror:outofmemory]") {
+        } else if has(c, "el0004") || has(c, "[drivererror:outofmemory]") || ascend_driver_oom(c) {
             "ascend"
         } else if has(c, "validcudnnalgorithm") {
             "cudnn"
@@ -1549,6 +1581,22 @@ mod tests {
             ),
             ("RuntimeError: [metal::malloc] Resource limit (499000) exceeded.", Family::Cuda),
             (
+                "libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to allocate 9663676416 bytes.",
+                Family::Cuda,
+            ),
+            (
+                "[ERROR] RUNTIME(29167,mindie_llm_backend_connector):2025-04-27-07:23:17.709.105 [npu_driver.cc:1274]29953 DevMemAllocManaged:[INIT][DEFAULT][drv api] halMemAlloc failed:size=32(Byte), type=17, moduleId=3, drvFlag=216172782156776448, drvRetCode=6, device_id=0!",
+                Family::Cuda,
+            ),
+            (
+                "Exception during initialization: D:\\a\\_work\\1\\s\\onnxruntime\\core\\providers\\dml\\DmlExecutionProvider\\src\\BucketizedBufferAllocator.cpp(122)\\onnxruntime_pybind11_state.pyd!00007FFA82D145C8: (caller: 00007FFA8336D326) Exception(1) tid(4790) 8007000E Not enough memory resources are available to complete this operation.",
+                Family::Cuda,
+            ),
+            (
+                "W0109 11:16:28.406390 11887 operator.cc:179] mul raises an exception paddle::memory::allocation::BadAlloc, ",
+                Family::Paddle,
+            ),
+            (
                 "libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 19081554496 bytes which is greater than the maximum allowed buffer size of 17179869184 bytes.",
                 Family::Cuda,
             ),
@@ -1704,6 +1752,12 @@ mod tests {
             "duckdb.duckdb.OutOfMemoryException: Out of Memory Error: Failed to allocate block of 2048 bytes (bad allocation)",
             "Out of Memory Error: failed to allocate data of size 256.0 MiB (12.2 GiB/12.1 GiB used)",
             "Out of Memory Error:",
+            // Pinned host buffers llama.cpp's back-ends fall back from, an Ascend driver error
+            // other than out-of-memory, ONNX Runtime's CPU arena (host memory, `host.rs`).
+            "ggml_cuda_host_malloc: failed to allocate 349659.17 MiB of pinned memory: out of memory",
+            "ggml_vulkan: Failed to allocate pinned memory (Requested buffer size exceeds device buffer size limit: ErrorOutOfDeviceMemory)",
+            "halMemAlloc failed:size=32(Byte), type=17, moduleId=3, drvRetCode=61, device_id=0!",
+            "Non-zero status code returned while running Conv node. Name:'347_nchwc' Status Message: bfc_arena.cc:330 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600",
         ] {
             assert_eq!(detect(&compact(warning)), None, "{warning}");
         }

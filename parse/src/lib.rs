@@ -796,6 +796,14 @@ fn same_words(earlier: &str, later: &str) -> bool {
             && later.strip_suffix(earlier).is_some_and(|wrapper| wrapper.ends_with(':')))
 }
 
+/// True when a number-less failure (compact signature `later`) is the error old PyTorch or
+/// Torch7 raised after its C check printed `THCudaCheck FAIL … error=2 : out of memory` (the
+/// signature `earlier`): `cuda runtime error (2) : out of memory at …`, in a Python or a Lua
+/// traceback (`…/luajit: …/Container.lua:67:`, `In 2 module of nn.Sequential:`, then the error).
+fn thc_check_raised(earlier: &str, later: &str) -> bool {
+    earlier.contains("thcudacheckfail") && later.contains("cudaruntimeerror(2):outofmemory")
+}
+
 /// Python's traceback header.
 fn traceback_header(body: &str) -> bool {
     body.starts_with("Traceback (most recent call last)")
@@ -1501,7 +1509,7 @@ impl LogParser {
             p.families |= family.bit();
             p.push_line(line, &origin, fed);
             p.add_symptom(symptom);
-            if matches!(family, Family::TfTensor | Family::Jax) {
+            if matches!(family, Family::TfTensor | Family::Jax | Family::Paddle) {
                 p.complete = true;
             }
             return;
@@ -1553,7 +1561,10 @@ impl LogParser {
             compact: String::new(),
             fields: Fields::default(),
             idle: 0,
-            complete: !matches!(family, Family::Torch | Family::Bfc),
+            // PaddlePaddle's operator reporting its allocator's exception awaits the message
+            // (`… raises an exception paddle::memory::allocation::BadAlloc,`, `The exception
+            // content is`, a blank line, `Out of memory error on GPU 0. Cannot allocate …`).
+            complete: !matches!(family, Family::Torch | Family::Bfc) && !frameworks::paddle_report_head(c),
             signature: String::new(),
             fed_start: self.fed,
             host: None,
@@ -1765,6 +1776,8 @@ impl LogParser {
                 // with its own words right after it.
                 && (numbered
                     || same_words(&r.signature, &p.signature)
+                    || (thc_check_raised(&r.signature, &p.signature)
+                        && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW)
                     || (p.traceback && p.start.saturating_sub(r.ended) <= RERAISE_WINDOW)
                     || (r.fields.requested.is_some() || r.fields.capacity.is_some() || r.fields.allocated.is_some())
                         && p.start.saturating_sub(r.ended) <= REMAINDER_WINDOW)

@@ -1244,3 +1244,71 @@ fn a_raise_in_the_traceback_is_not_a_second_failure() {
     ]);
     assert_eq!(joined.len(), 1);
 }
+
+/// Formats met first in a later collection round: each one failure, read as the program's.
+#[test]
+fn formats_of_a_later_round() {
+    let cases: [(&[&str], (&str, &str, u64)); 6] = [
+        (
+            &[
+                "libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to allocate 9663676416 bytes.",
+            ],
+            ("cuda_oom", "mlx", 1),
+        ),
+        (
+            &[
+                "[ERROR] RUNTIME(29167,mindie_llm_backend_connector):2025-04-27-07:23:17.709.105 [npu_driver.cc:1274]29953 DevMemAllocManaged:[INIT][DEFAULT][drv api] halMemAlloc failed:size=32(Byte), type=17, moduleId=3, drvFlag=216172782156776448, drvRetCode=6, device_id=0!",
+                "[ERROR] RUNTIME(29167,mindie_llm_backend_connector):2025-04-27-07:23:17.709.121 [api_error.cc:1052]29953 DevMalloc:[INIT][DEFAULT]Device malloc failed, size=32(Byte), type=17.",
+            ],
+            ("cuda_oom", "ascend", 1),
+        ),
+        (
+            &[
+                "2022-10-10 10:05:28.0893026 [E:onnxruntime:, inference_session.cc:1484 onnxruntime::InferenceSession::Initialize] Exception during initialization: D:\\a\\_work\\1\\s\\onnxruntime\\core\\providers\\dml\\DmlExecutionProvider\\src\\BucketizedBufferAllocator.cpp(122)\\onnxruntime_pybind11_state.pyd!00007FFA82D145C8: (caller: 00007FFA8336D326) Exception(1) tid(4790) 8007000E Not enough memory resources are available to complete this operation.",
+            ],
+            ("cuda_oom", "directml", 1),
+        ),
+        (
+            &[
+                "2021-07-08 01:27:55.7944269 [E:onnxruntime:, sequential_executor.cc:339 onnxruntime::SequentialExecutor::Execute] Non-zero status code returned while running Conv node. Name:'347_nchwc' Status Message: D:\\a\\_work\\1\\s\\onnxruntime\\core\\framework\\bfc_arena.cc:330 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600",
+            ],
+            ("host_oom_kill", "onnxruntime", 1),
+        ),
+        (
+            &[
+                "/x/share/lua/5.1/nn/THNN.lua:109: $ Torch: not enough memory: you tried to reallocate 36GB. Buy new RAM! at /x/torch/lib/TH/THGeneral.c:251",
+            ],
+            ("host_oom_kill", "pytorch", 1),
+        ),
+        // Torch7: the C check's line, then the same error raised through Lua's layers.
+        (
+            &[
+                "THCudaCheck FAIL file=/tmp/luarocks_cutorch-scm-1-6130/cutorch/lib/THC/generic/THCStorage.cu line=40 error=2 : out of memory",
+                "/home/u/torch/install/bin/luajit: /home/u/torch/install/share/lua/5.1/nn/Container.lua:67: ",
+                "In 2 module of nn.Sequential:",
+                "In 1 module of nn.Sequential:",
+                "In 5 module of cudnn.BatchBRNNReLU:",
+                "/home/u/torch/install/share/lua/5.1/cudnn/RNN.lua:308: cuda runtime error (2) : out of memory at /tmp/luarocks_cutorch-scm-1-6130/cutorch/lib/THC/generic/THCStorage.cu:40",
+                "stack traceback:",
+            ],
+            ("cuda_oom", "cuda", 1),
+        ),
+    ];
+    for (lines, want) in cases {
+        assert_eq!(found(lines), [want], "{lines:?}");
+    }
+    // PaddlePaddle's operator reports its allocator's exception, then the message: one failure.
+    let paddle = parse_all([
+        "W0713 16:34:31.576385   221 operator.cc:242] roi_align raises an exception paddle::memory::allocation::BadAlloc, ResourceExhaustedError: ",
+        "",
+        "Out of memory error on GPU 0. Cannot allocate 48.473877MB memory on GPU 0, 7.900513GB memory has been allocated and available memory is only 29.437500MB.",
+        "Please check whether there is any other process using GPU 0.",
+    ]);
+    assert_eq!(kinds(&paddle), [("cuda_oom", "paddle", 1)]);
+    assert!(paddle[0].fields.requested.is_some());
+    // Pinned host buffers llama.cpp falls back from are no failures.
+    assert!(
+        found(&["ggml_cuda_host_malloc: failed to allocate 349659.17 MiB of pinned memory: out of memory"])
+            .is_empty()
+    );
+}
