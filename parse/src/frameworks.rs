@@ -4,7 +4,7 @@
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
 //! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` / its driver's `halMemAlloc failed … drvRetCode=6` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N` (not its CPU provider's: `…_nchwc` nodes), DirectML's `BucketizedBufferAllocator … 8007000E Not enough memory resources` (framework `directml`), torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` / `[malloc_or_wait] Unable to allocate N bytes` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` / its driver's `halMemAlloc failed … drvRetCode=6` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N` (not its CPU provider's: `…_nchwc` nodes), DirectML's `BucketizedBufferAllocator … 8007000E Not enough memory resources` (framework `directml`), torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, PyTorch's MPS allocator's `Invalid buffer size: 19.38 GiB` (framework `pytorch`), Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` / `[malloc_or_wait] Unable to allocate N bytes` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -96,7 +96,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || has(c, "mambacacheblocks")
         || has(c, "gemmlaunchfailed")
         || has(c, "validcudnnalgorithm")
-        || has(c, "hbmusage"))
+        || has(c, "hbmusage")
+        || has(c, "invalidbuffersize"))
     {
         return None;
     }
@@ -470,6 +471,9 @@ fn cuda_runtime(c: &str) -> bool {
         // Its allocator waiting for memory to be freed, then giving up: `[malloc_or_wait] Unable
         // to allocate 9663676416 bytes.`
         || (has(c, "[malloc_or_wait]") && has(c, "unabletoallocate"))
+        // PyTorch's MPS allocator refusing a buffer larger than Metal allows: `RuntimeError:
+        // Invalid buffer size: 19.38 GiB`.
+        || mps_buffer_limit(c)
         // (Its older releases said the same without the tag.)
         || mlx_buffer_limit(c)
         // Thrust (cuDF, XGBoost, CUDA C++) throws its device allocator's failure with the CUDA
@@ -792,6 +796,8 @@ const REQUEST_BEFORE: &[&str] = &[
     "memoryerror:errorallocating",
     // MIOpen: `Memory not available to allocate buffer: 528515072`.
     "memorynotavailabletoallocatebuffer:",
+    // PyTorch's MPS allocator: `Invalid buffer size: 19.38 GiB`.
+    "invalidbuffersize:",
     // MLX: `[metal::malloc] Attempting to allocate 48736917632 bytes which is greater than …`.
     "[metal::malloc]attemptingtoallocate",
     "attemptingtoallocate",
@@ -863,6 +869,12 @@ fn ascend_driver_oom(c: &str) -> bool {
         && after(c, "drvretcode=", 0).is_some_and(|p| {
             c.as_bytes().get(p) == Some(&b'6') && !c.as_bytes().get(p + 1).is_some_and(u8::is_ascii_digit)
         })
+}
+
+/// PyTorch's MPS allocator (Apple silicon) refusing one buffer larger than the device allows:
+/// `Invalid buffer size: 19.38 GiB` (a size with its unit after the words).
+fn mps_buffer_limit(c: &str) -> bool {
+    after(c, "invalidbuffersize:", 0).and_then(|p| size_at(c, p, false)).is_some()
 }
 
 fn mlx_buffer_limit(c: &str) -> bool {
@@ -1317,7 +1329,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "onnxruntime"
         } else if has(c, "gpuvideomemory") || has(c, "directml") {
             "directml"
-        } else if has(c, "uselowerresolution") {
+        } else if has(c, "uselowerresolution") || mps_buffer_limit(c) {
             "pytorch"
         } else if has(c, "executionoftvm") || has(c, "tvm.apache.org") {
             "tvm"
@@ -1596,6 +1608,7 @@ mod tests {
                 "W0109 11:16:28.406390 11887 operator.cc:179] mul raises an exception paddle::memory::allocation::BadAlloc, ",
                 Family::Paddle,
             ),
+            ("RuntimeError: Invalid buffer size: 19.38 GiB", Family::Cuda),
             (
                 "libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 19081554496 bytes which is greater than the maximum allowed buffer size of 17179869184 bytes.",
                 Family::Cuda,

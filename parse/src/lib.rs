@@ -1342,11 +1342,15 @@ impl LogParser {
                     .map(|f| (f, None))
                     .or_else(|| {
                         // Cut inside a word by a terminal's hard wrap, or at a space by a word
-                        // wrap (`… DefaultCPUAllocator: not` / `enough memory: …`).
+                        // wrap (`… DefaultCPUAllocator: not` / `enough memory: …`; a piece that
+                        // goes on with a sentence begins in lower case, so only such a piece is
+                        // read the second way).
                         let head_body = prefix::strip(head_raw).0;
                         host::detect(&format!("{head_body}{raw}"))
                             .or_else(|| {
-                                host::detect(&format!("{} {}", head_body.trim_end(), raw.trim_start()))
+                                raw.starts_with(|c: char| c.is_ascii_lowercase())
+                                    .then(|| host::detect(&format!("{} {raw}", head_body.trim_end())))
+                                    .flatten()
                             })
                             .filter(|s| {
                                 !self.launcher_explained(s, head_origin) && !self.timeout_explained(s)

@@ -107,7 +107,7 @@ pub fn extract(t: &str, f: &mut Fields) {
         extract_mps(t, p, f);
     }
     let from = anchor.unwrap_or(0);
-    if let Some(p) = after(t, "(gpu", from).or_else(|| after(t, "(npu", from)) {
+    if let Some(p) = clause_1x(t, from) {
         extract_1x(t, p, f);
     } else if let Some(h) = t.get(from..).and_then(|s| s.find("hasatotalcapac")).map(|i| from + i) {
         extract_2x(t, from, h, f);
@@ -169,6 +169,19 @@ fn size_before(t: &str, end: usize) -> Option<u64> {
         i += 1;
     }
     size_at(t, i, false).filter(|(_, e)| *e == end).map(|(v, _)| v)
+}
+
+/// Where 1.x's clause of numbers begins (after its `(GPU` / `(NPU`), searched from `from` in
+/// compact text `t`; also when a paste lost its parenthesis (`… Tried to allocate 20.00 MiB` /
+/// `GPU 0; 8.00 GiB total capacity; …`): the device's number, then `;`.
+fn clause_1x(t: &str, from: usize) -> Option<usize> {
+    after(t, "(gpu", from).or_else(|| after(t, "(npu", from)).or_else(|| {
+        ["gpu", "npu"].iter().find_map(|device| {
+            let p = after(t, device, from)?;
+            let (_, e) = u32_at(t, p)?;
+            (t.as_bytes().get(e) == Some(&b';')).then_some(p)
+        })
+    })
 }
 
 fn extract_1x(t: &str, p: usize, f: &mut Fields) {
@@ -308,6 +321,13 @@ mod tests {
 
     #[test]
     fn v1_forms() {
+        // Retyped without the clause's parentheses, over two lines.
+        let f = fields(
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB \n\
+             GPU 0; 8.00 GiB total capacity; 7.20 GiB already allocated; 0 bytes free; 7.30 GiB reserved in total by PyTorch",
+        );
+        assert_eq!((f.gpu, f.requested, f.capacity), (Some(0), Some(20 * MIB), Some(8 * GIB)));
+        assert_eq!((f.allocated, f.free), (Some((720 * GIB + 50) / 100), Some(0)));
         let f = fields(
             "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 GiB total capacity; \
              9.82 GiB already allocated; 11.44 MiB free; 9.86 GiB reserved in total by PyTorch)",
