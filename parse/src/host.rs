@@ -115,10 +115,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["exceeded mem usage hard limit"], HostEvidence::Explicit, "pbs"),
     // PBS Pro's note in the job's output: `=>> PBS: job killed: mem 38427376kb exceeded limit
     // 33554432kb` (also `mem job total N kb exceeded limit N kb`).
-    (&["pbs: job killed: mem", "exceeded limit"], HostEvidence::Explicit, "pbs"),
-    // Its virtual-memory limit (TORQUE's default `vmem`): `=>> PBS: job killed: vmem 3372163072
-    // exceeded limit 2147483648`.
-    (&["pbs: job killed: vmem", "exceeded limit"], HostEvidence::Explicit, "pbs"),
+    // Also its virtual-memory limit (TORQUE's default `vmem`): `=>> PBS: job killed: vmem
+    // 3372163072 exceeded limit 2147483648` (not its wall time, `walltime 3630 exceeded limit`).
+    (&["pbs: job killed: ", "mem ", "exceeded limit"], HostEvidence::Explicit, "pbs"),
     // YARN: `Container [pid=…] is running beyond physical memory limits. … Killing container.`
     (&["is running beyond physical memory limits"], HostEvidence::Explicit, "yarn"),
     (&["is running beyond virtual memory limits"], HostEvidence::Explicit, "yarn"),
@@ -227,10 +226,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["job exceeded a memory resource limit"], HostEvidence::Explicit, "pbs"),
     // Dask's nanny restarting a worker over its budget: `distributed.nanny - WARNING - Worker
     // exceeded 95% memory budget. Restarting`.
-    (&["worker exceeded", "memory budget"], HostEvidence::Explicit, "dask"),
     // (Newer releases name the worker: `Worker tcp://127.0.0.1:43171 (pid=56712) exceeded 95%
     // memory budget. Restarting...`.)
-    (&["worker tcp://", "memory budget. restarting"], HostEvidence::Explicit, "dask"),
+    (&["% memory budget", "worker"], HostEvidence::Explicit, "dask"),
     // A compiler killed while building (an extension's `setup.py`, `pip install flash-attn`, a
     // `make -j`): `g++: fatal error: Killed signal terminated program cc1plus`, `internal
     // compiler error: Killed (program cc1plus)`, nvcc's `'cicc' died due to signal 9 (Kill signal)`.
@@ -993,6 +991,7 @@ mod tests {
         }
         for line in [
             "OOMKilled:false,",
+            "=>> PBS: job killed: walltime 3630 exceeded limit 3600",
             "killed the process group after timeout",
             "epoch 3 loss 0.1",
             "Killed process 77 (python) total-vm:10kB",
