@@ -176,6 +176,10 @@ fn size_before(t: &str, end: usize) -> Option<u64> {
 /// `GPU 0; 8.00 GiB total capacity; …`): the device's number, then `;`.
 fn clause_1x(t: &str, from: usize) -> Option<usize> {
     after(t, "(gpu", from).or_else(|| after(t, "(npu", from)).or_else(|| {
+        // (2.x's sentences have no `;`: nothing more to look for.)
+        if !t.get(from..)?.contains(';') {
+            return None;
+        }
         ["gpu", "npu"].iter().find_map(|device| {
             let p = after(t, device, from)?;
             let (_, e) = u32_at(t, p)?;
