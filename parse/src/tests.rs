@@ -1248,7 +1248,9 @@ fn a_raise_in_the_traceback_is_not_a_second_failure() {
 /// Formats met first in a later collection round: each one failure, read as the program's.
 #[test]
 fn formats_of_a_later_round() {
-    let cases: [(&[&str], (&str, &str, u64)); 6] = [
+    /// Lines, and the one failure they are: kind, framework, first line.
+    type Case = (&'static [&'static str], (&'static str, &'static str, u64));
+    let cases: [Case; 6] = [
         (
             &[
                 "libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to allocate 9663676416 bytes.",
