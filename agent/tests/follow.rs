@@ -168,6 +168,45 @@ fn a_reused_inode_or_rewritten_file_is_not_resumed_at_the_old_offset() {
     assert_eq!(settle(&mut f, &mut clock), vec![7, 8, 9]);
 }
 
+#[test]
+fn a_last_line_without_its_newline_is_read_once_the_file_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut clock = Instant::now();
+    let mut f = follower(root);
+    assert_eq!(settle(&mut f, &mut clock), Vec::<u32>::new());
+    let a = root.join("a.log");
+    append(&a, "starting\nOOM pid=1");
+    // Not while the writer may still be in the middle of it.
+    assert!(f.poll(clock).is_empty());
+    assert_eq!(settle(&mut f, &mut clock), vec![1]);
+    // The writer ends the line later and goes on: nothing read twice.
+    append(&a, "\nOOM pid=2\nOOM pid=3");
+    assert_eq!(settle(&mut f, &mut clock), vec![2, 3]);
+    // A restart resumes after it.
+    f.shutdown();
+    let mut f = follower(root);
+    append(&a, "\nOOM pid=4\n");
+    assert_eq!(settle(&mut f, &mut clock), vec![4]);
+    assert_eq!(f.stats().errors, 0);
+
+    // The real parser: a PyTorch failure printed without a final newline, as a job that died
+    // before ending its line leaves it.
+    let real = root.join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let mut f = common::log_follower(&real, None, Duration::ZERO);
+    append(
+        &real.join("job.log"),
+        "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n\
+         torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity \
+         of 7.79 GiB of which 10.00 MiB is free.",
+    );
+    let events = common::poll_rounds(&mut f, &mut clock);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind, OomKind::CudaOom);
+    assert_eq!(events[0].requested_bytes, Some(20 << 20));
+}
+
 /// `(requested, capacity, gpu, pid)` of one event.
 type Key = (Option<u64>, Option<u64>, Option<u64>, Option<u64>);
 

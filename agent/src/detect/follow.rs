@@ -15,7 +15,8 @@
 //!   a crash, at most the lines of the last `rescan_interval` are read again).
 //! * **Bounds**: at most `max_files` files; lines longer than `max_line_bytes` are cut (the rest
 //!   is skipped up to the newline, and counted); at most [`MAX_READ_PER_POLL`] bytes per file per
-//!   poll. A quiet file's pending multi-line message is flushed after `idle_flush`.
+//!   poll. A quiet file's pending multi-line message is flushed after `idle_flush`, its last line
+//!   too when it has no newline (a job that died in the middle of a line never ends it).
 //!
 //! **Event identity.** A log event's `event_id` is a hash of where its first line is: the file
 //! (device, inode — as positions are keyed), the file's rotation identity (its first bytes before
@@ -218,7 +219,8 @@ pub struct LogsConfig {
     pub max_files: usize,
     /// Longest line passed to the parser (longer lines are cut and counted).
     pub max_line_bytes: usize,
-    /// A file quiet this long gets its pending multi-line message flushed, ms.
+    /// A file quiet this long gets its pending multi-line message flushed, and its last line read
+    /// when it has no newline, ms.
     pub idle_flush_ms: u64,
     /// Directories besides the patterns' own (their literal prefixes) that followed files may
     /// resolve into through symlinks (see `confine.rs`), e.g. `/var/lib/docker/containers`.
@@ -494,6 +496,7 @@ impl Follower {
             if !t.flushed && now.duration_since(t.last_data) >= self.opts.idle_flush {
                 t.flushed = true;
                 let mut evs = events;
+                evs.extend(feed_unterminated(t, &mut self.stats));
                 evs.extend(t.handler.finish());
                 self.emit(i, false, evs, &mut out);
             } else {
@@ -510,12 +513,7 @@ impl Follower {
                 && t.read_pos >= size
                 && now.duration_since(t.last_data) >= self.opts.idle_flush;
             if quiet {
-                if !t.partial.is_empty() {
-                    let line = line_text(&t.partial);
-                    self.stats.lines_read += 1;
-                    events.extend(t.handler.feed_line(t.offset, &line));
-                    t.partial.clear();
-                }
+                events.extend(feed_unterminated(t, &mut self.stats));
                 events.extend(t.handler.finish());
             }
             self.emit(i, true, events, &mut out);
@@ -800,6 +798,28 @@ fn read_new(t: &mut Tracked, now: Instant, opts: &FollowOptions, stats: &mut Fol
         t.read_pos = pos;
     }
     out
+}
+
+/// Feeds the file's last line when it has no newline yet and the file has been quiet for
+/// `idle_flush`: a job that died in the middle of a line (a C++ `abort()` after an unterminated
+/// `fprintf`, a `print(…, end="")`) never completes it, and its last words are often the failure.
+/// The line is passed on from where it starts; bytes the writer appends later begin a new line
+/// (a writer silent for `idle_flush` in the middle of a line is cut there — the parser reads a
+/// line cut in two as it reads a hard wrap).
+fn feed_unterminated(t: &mut Tracked, stats: &mut FollowStats) -> Vec<Found> {
+    if t.partial.is_empty() {
+        return Vec::new();
+    }
+    if t.cutting {
+        stats.lines_cut += 1;
+    }
+    stats.lines_read += 1;
+    let line = line_text(&t.partial);
+    let found = t.handler.feed_line(t.offset, &line);
+    t.partial.clear();
+    t.cutting = false;
+    t.offset = t.read_pos;
+    found
 }
 
 /// Appends to the current line up to the limit; marks it cut beyond.
