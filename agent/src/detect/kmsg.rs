@@ -3,7 +3,8 @@
 //! skipped), and survives `EPIPE` (the ring buffer overwrote unread records: counted, reading goes
 //! on); each record's message goes through the shared [`KmsgParser`] (`oomlens_parse::kernel`:
 //! Xid errors, OOM-killer kills). Any path can be read, so tests use fixture files in the record
-//! format. [`spawn_kmsg`] runs the reader as a task that sends events as readings until stopped.
+//! format; a line of kernel log text in such a file (`dmesg`'s `[ 8123.456789] …`) is read as the
+//! message after its prefix. [`spawn_kmsg`] runs the reader as a task that sends events as readings until stopped.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Seek, SeekFrom};
@@ -48,8 +49,11 @@ pub struct KmsgStats {
     pub records: u64,
     /// Times the ring buffer overwrote unread records (`EPIPE`) or sequence numbers jumped.
     pub overruns: u64,
-    /// Lines that are not records (ignored).
+    /// Records too long to be a kernel record (dropped).
     pub malformed: u64,
+    /// Lines of kernel log text rather than records (`dmesg`'s, a journal's): read as the
+    /// kernel's message after their prefix (a file given as `kmsg.path`, never `/dev/kmsg`).
+    pub text_lines: u64,
 }
 
 /// Reads kernel log records without blocking, from the end of the log at open.
@@ -147,7 +151,10 @@ impl<R: Read> KmsgReader<R> {
             return; // continuation (dictionary) line of the previous record
         }
         let Some(rec) = parse_record(line) else {
-            self.stats.malformed += 1;
+            self.stats.text_lines += 1;
+            if let Some(e) = self.parser.parse_message(kernel_message(line)) {
+                self.push(e, ts_ms, out);
+            }
             return;
         };
         self.stats.records += 1;
@@ -157,11 +164,15 @@ impl<R: Read> KmsgReader<R> {
             self.stats.overruns += 1;
         }
         self.last_seq = Some(rec.seq);
-        if let Some(mut e) = self.parser.parse_message(rec.message) {
-            e.event_id = rand::random::<u64>() | 1;
-            e.ts_ms = ts_ms;
-            out.push(e);
+        if let Some(e) = self.parser.parse_message(rec.message) {
+            self.push(e, ts_ms, out);
         }
+    }
+
+    fn push(&self, mut e: OomEvent, ts_ms: i64, out: &mut Vec<OomEvent>) {
+        e.event_id = rand::random::<u64>() | 1;
+        e.ts_ms = ts_ms;
+        out.push(e);
     }
 }
 
@@ -171,7 +182,8 @@ impl<R: Read> KmsgReader<R> {
 pub struct KmsgConfig {
     /// Read the kernel log (when readable).
     pub enabled: bool,
-    /// `/dev/kmsg`, or a file in its record format.
+    /// `/dev/kmsg`, or a file in its record format or of kernel log text (`dmesg`'s lines), read
+    /// from its end (syslog's rotated `kern.log` belongs in `logs.paths`).
     pub path: PathBuf,
     /// Time between reads, ms.
     pub poll_interval_ms: u64,
@@ -365,7 +377,19 @@ mod tests {
         r.poll(3, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].pid, out[0].host_rss_bytes, out[0].ts_ms), (Some(2), Some(2048), 3));
-        assert_eq!(r.stats().malformed, 1);
+        assert_eq!((r.stats().records, r.stats().text_lines, r.stats().malformed), (1, 1, 0));
+        // Kernel log text in the file (dmesg's time, syslog's prefix) is read as the kernel's
+        // message.
+        f.write_all(
+            b"[ 8123.456789] Out of memory: Killed process 7 (python) total-vm:9kB, anon-rss:4kB, file-rss:0kB\n\
+              May 01 12:00:00 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
+        )
+        .unwrap();
+        r.poll(4, &mut out).unwrap();
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!((out[1].pid, out[1].host_rss_bytes), (Some(7), Some(4096)));
+        assert_eq!(out[2].xid, Some(79));
+        assert_eq!(r.stats().text_lines, 3);
         let err = KmsgReader::open(&dir.path().join("missing"), PciMap::default()).unwrap_err();
         assert!(err.to_string().contains("mount the host's /dev/kmsg"), "{err}");
     }
