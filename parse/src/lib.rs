@@ -665,6 +665,17 @@ fn wrapped_failure(head: &str, next: &str) -> bool {
             .any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
 }
 
+/// True when `body` is a source file's location alone: one word with a path separator, ending in
+/// `:N` (`/opt/conda/…/THCStorage.cu:58`, `C:\…\alloc.cpp:73`).
+fn source_location(body: &str) -> bool {
+    let t = body.trim();
+    !t.contains(char::is_whitespace)
+        && t.contains(['/', '\\'])
+        && t.rsplit_once(':').is_some_and(|(path, n)| {
+            path.contains('.') && !n.is_empty() && n.len() <= 6 && n.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 /// True when a line's start (`family`, its host symptom, compact text `c`) was read only by the
 /// last-resort wordings of `generic.rs`, no program's own rule.
 fn generic_reading(family: Family, symptom: Option<&HostSymptom>, c: &str) -> bool {
@@ -1106,6 +1117,15 @@ impl Pending {
     /// `/THCStorage.cu:58`, old PyTorch's own storage). Asked of a line no event takes by its own
     /// words.
     fn continued_by_wrap(&self, line: &Line<'_>, origin: &Origin, fed: u64) -> bool {
+        // A word wrap after `… out of memory at` (old PyTorch's THC): the next line is the source
+        // location the message names, `/…/THC/generic/THCStorage.cu:58`.
+        if self.last.fed + 1 == fed
+            && !self.in_traceback
+            && self.compact.ends_with("outofmemoryat")
+            && source_location(line.body)
+        {
+            return true;
+        }
         if !self.cut_before(line, origin, fed) || self.in_traceback {
             return false;
         }

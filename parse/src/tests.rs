@@ -127,6 +127,26 @@ fn numbers_a_wrap_cut_are_read_whole() {
     }
 }
 
+/// Old PyTorch's `… out of memory at` broken by a word wrap before its source location: the
+/// location is read with the message (it names the tensor storage that failed).
+#[test]
+fn a_location_wrapped_after_at_is_the_messages() {
+    let events = parse_all([
+        "RuntimeError: cuda runtime error (2) : out of memory at",
+        "/opt/conda/conda-bld/pytorch_1524586445097/work/aten/src/THC/generic/THCStorage.cu:58",
+        "epoch 2",
+    ]);
+    assert_eq!(kinds(&events), [("cuda_oom", "cuda", 1)]);
+    assert_eq!(events[0].hint, Some("tensor_storage"));
+    assert_eq!(events[0].lines.len(), 2);
+    // Not any line after it: a path with words is another line.
+    let events = parse_all([
+        "RuntimeError: cuda runtime error (2) : out of memory at",
+        "/data/run 3/train.log:12 saved",
+    ]);
+    assert_eq!(events[0].lines.len(), 1);
+}
+
 /// A logger's next line is not a piece of the line before, whatever its stamp: llama.cpp's own
 /// (`1.06.520.084 E`, unknown to the prefix grammars) begins both, so the size that ends the first
 /// is not run into the next; neither is a line with a logger's level, nor an indented one.
