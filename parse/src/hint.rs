@@ -17,7 +17,7 @@
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
 //! | `model_load` | llama.cpp: `error loading model`, `unable to allocate CUDA0 buffer`, `failed to allocate … buffer of size` while loading; transformers: `Make sure you have enough GPU RAM to fit the quantized model` (part of the model was placed off the GPU); ExLlamaV2's `Insufficient VRAM for model and cache` (its auto-split at load) |
 //! | `context_alloc` | llama.cpp: `failed to allocate buffer for kv cache`, `failed to allocate compute buffers`; node-llama-cpp: `A context size of N is too large for the available VRAM` |
-//! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed) |
+//! | `batch_search_exhausted` | Accelerate: `No executable batch size found, reached zero.` (even batch size 1 failed); Wav2Lip's face detector: `Image too big to run face detection on GPU` (it halved its batch to one frame) |
 //! | `context_creation` | a CUDA context or a library's handle could not be created at start-up (`cuDevicePrimaryCtxRetain`, TensorFlow's `failed to create cublas handle`, `could not create cudnn handle`, old PyTorch's generator states `out of memory at …/THCTensorRandom.cu:25`) |
 //! | `device_preallocation` | TensorFlow / XLA could not reserve its memory region (`failed to allocate X (N bytes) from device`); Theano's CNMeM pool could not reserve its share (`cnmemInit call failed`) |
 //! | `graph_tensor` | TensorFlow: `OOM when allocating tensor …`, the BFC allocator `ran out of memory trying to allocate` |
@@ -54,6 +54,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["failedtoallocatecomputeppbuffers"], "context_alloc"),
         (&["toolargefortheavailablevram"], "context_alloc"),
         (&["noexecutablebatchsizefound"], "batch_search_exhausted"),
+        (&["imagetoobigtorunfacedetectionongpu"], "batch_search_exhausted"),
         (&["cudeviceprimaryctxretain"], "context_creation"),
         (&["failedtocreatecublashandle"], "context_creation"),
         (&["createcublashandlefailed"], "context_creation"),

@@ -1333,4 +1333,13 @@ fn formats_of_a_later_round() {
         found(&["ggml_cuda_host_malloc: failed to allocate 349659.17 MiB of pinned memory: out of memory"])
             .is_empty()
     );
+    // Wav2Lip's face detector gave up after halving its batch to one frame: its batch search is
+    // exhausted. The retries on the way down are not failures.
+    let wav2lip = parse_all([
+        "Recovering from OOM error; New batch size: 8",
+        "Recovering from OOM error; New batch size: 4",
+        "RuntimeError: Image too big to run face detection on GPU. Please use the --resize_factor argument",
+    ]);
+    assert_eq!(kinds(&wav2lip), [("cuda_oom", "pytorch", 3)]);
+    assert_eq!(wav2lip[0].hint, Some("batch_search_exhausted"));
 }
