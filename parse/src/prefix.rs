@@ -28,9 +28,9 @@
 //! a line (`… Error: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB    model_manager.py:47`),
 //! which would otherwise run into the hard-wrapped message's next line.
 //!
-//! The *stream key* (rank, task or pid) separates interleaved output of several processes: a
-//! continuation line is only joined to an event of the same key (or one without a key). Keys of
-//! nested prefixes nest (`trainer-1  | [rank0]: ` is `svctrainer-1|rank0`): a line with the outer
+//! The *stream key* (rank, task, pid, a Compose service, a pod's container, a journal's program
+//! and pid) separates interleaved output of several processes: a continuation line is only joined
+//! to an event of the same key (or one without a key). Keys of nested prefixes nest (`trainer-1  | [rank0]: ` is `svctrainer-1|rank0`): a line with the outer
 //! key alone (the service's message before its rank's traceback) goes with either rank, two ranks
 //! stay apart.
 
@@ -536,11 +536,13 @@ const MONTHS: [&str; 12] =
 /// A syslog line's prefix, on every line of a job that logs to the journal or through rsyslog:
 /// the stamp (`journalctl`'s and rsyslog's traditional `Mar 25 12:15:11`, `-o short-precise`'s
 /// fraction, RFC 3339's `2024-03-25T12:15:11.123456+00:00`), the host, the program and its pid
-/// (`node7 python3[8289]: `; after an ISO stamp the pid is required). It names no stream key: the
-/// prefixes after it do (`[rank0]: `), and a line of the same process without them (the message
-/// before its ranked traceback) must stay compatible with them; nor is its pid the failing
-/// process's (the program that logs may be a wrapper or the shell).
-fn syslog(s: &str, _o: &mut Origin) -> Option<usize> {
+/// (`node7 python3[8289]: `; after an ISO stamp the pid is required). The program and its pid
+/// are the stream's key (`journalpython3[8289]`): the journal and rsyslog interleave every
+/// service's lines, and a service's stdout keeps the pid of its main process for all of them. The
+/// prefixes after it nest inside (`[rank0]: `), so a line of the same process without them (the
+/// message before its ranked traceback) stays compatible with them. The pid is not the failing
+/// process's (the program that logs may be a wrapper or the shell): it is not the origin's pid.
+fn syslog(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
     let traditional = MONTHS.iter().any(|m| c.lit(m).is_some());
     if traditional {
@@ -563,7 +565,7 @@ fn syslog(s: &str, _o: &mut Origin) -> Option<usize> {
     c.i = at;
     c.run(|b| b.is_ascii_graphic() && b != b'[' && b != b':', 255)?;
     c.lit(" ")?;
-    c.run(|b| is_word(b) || b"-./@".contains(&b), 64)?;
+    let program = c.run(|b| is_word(b) || b"-./@".contains(&b), 64)?;
     let save = c.i;
     let pid = c.lit("[").and_then(|()| c.digits(1, 10)).filter(|_| c.lit("]").is_some());
     if pid.is_none() {
@@ -577,6 +579,9 @@ fn syslog(s: &str, _o: &mut Origin) -> Option<usize> {
     c.lit(":")?;
     if c.lit(" ").is_none() && c.i < s.len() {
         return None;
+    }
+    if let Some(pid) = pid {
+        o.add_key(format!("journal{}[{pid}]", String::from_utf8_lossy(program)));
     }
     Some(c.i)
 }
@@ -624,20 +629,23 @@ fn compose(s: &str, o: &mut Origin) -> Option<usize> {
     Some(c.i)
 }
 
-/// `kubectl logs --prefix`'s `[pod/trainer-0/pytorch] `. Like the journal's prefix it names no
-/// stream key: the prefixes after it do (`[rank0]: ` of a launcher in the pod), and the pod's
-/// lines without them must stay compatible with them. (Pods whose lines interleave, read with a
-/// label selector, are told apart by those inner prefixes only.)
-fn kubectl(s: &str, _o: &mut Origin) -> Option<usize> {
+/// `kubectl logs --prefix`'s `[pod/trainer-0/pytorch] `: the pod and its container are the
+/// stream's key (pods read with a label selector interleave their lines); the prefixes after it
+/// nest inside (`[rank0]: ` of a launcher in the pod), so the pod's lines without them stay
+/// compatible with them.
+fn kubectl(s: &str, o: &mut Origin) -> Option<usize> {
     let mut c = Cur::new(s);
+    let start = c.i;
     c.lit("[pod/")?;
     c.run(|b| is_word(b) || b == b'-' || b == b'.', 253)?;
     c.lit("/")?;
     c.run(|b| is_word(b) || b == b'-' || b == b'.', 253)?;
     c.lit("]")?;
+    let name = &s[start + 1..c.i - 1];
     if c.i < s.len() {
         c.lit(" ")?;
     }
+    o.add_key(name.to_owned());
     Some(c.i)
 }
 
@@ -760,10 +768,13 @@ mod tests {
         assert_eq!(s("[2024-05-01T12:00:00.123456] [WARNING] hello [x]").0, "hello [x]");
         assert_eq!(s("2026-01-08 00:35:04 - whisperjav - ERROR - Failed").0, "Failed");
         let (m, o) = s("Mar 25 12:15:11 node7 python3[8289]: Of the allocated memory");
-        assert_eq!((m, o), ("Of the allocated memory", Origin::default()));
+        assert_eq!((m, o.key.as_str(), o.pid), ("Of the allocated memory", "journalpython3[8289]", None));
+        // Nested: a rank inside the service's stream.
+        let (m, o) = s("Mar 25 12:15:11 node7 torchrun[77]: [rank1]: Killed");
+        assert_eq!((m, o.key.as_str()), ("Killed", "journaltorchrun[77]|rank1"));
         assert_eq!(s("Mar  5 02:15:11.123456 gpu-01.example.org train.sh: Killed").0, "Killed");
         let (m, o) = s("2024-03-25T12:15:11.123456+00:00 node7 python3[8289]:   File \"x.py\", line 3");
-        assert_eq!((m, o.key.as_str()), ("  File \"x.py\", line 3", ""));
+        assert_eq!((m, o.key.as_str()), ("  File \"x.py\", line 3", "journalpython3[8289]"));
         assert_eq!(
             s("2024-04-26T20:17:25.483829Z ERROR mistralrs_core::engine: prompt").0,
             "ERROR mistralrs_core::engine: prompt"
@@ -827,7 +838,10 @@ mod tests {
         );
         assert_eq!(s("app_web_1 | Killed").0, "Killed");
         let (m, o) = s("[pod/trainer-0/pytorch] torch.OutOfMemoryError: CUDA out of memory.");
-        assert_eq!((m, o), ("torch.OutOfMemoryError: CUDA out of memory.", Origin::default()));
+        assert_eq!(
+            (m, o.key.as_str()),
+            ("torch.OutOfMemoryError: CUDA out of memory.", "pod/trainer-0/pytorch")
+        );
         assert_eq!(s("[pod/trainer-0] boom").0, "[pod/trainer-0] boom");
         assert_eq!(s("app_web_1 |").0, "");
         // Not a service: no replica number, no space before the bar, a shell pipeline.

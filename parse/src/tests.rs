@@ -432,6 +432,38 @@ fn ranks_inside_a_service_are_kept_apart() {
     assert_eq!(events[0].phase.as_ref().map(|p| p.phase), Some(Phase::Forward));
 }
 
+/// The journal (and rsyslog's files) interleave every service's lines, `kubectl logs --prefix`
+/// with a label selector every pod's: each program's pid, each pod's container, is a stream of
+/// its own — two services' tracebacks interleaved line by line are two failures, each with its own
+/// frames — and ranks inside one stay apart.
+#[test]
+fn services_in_the_journal_and_pods_are_kept_apart() {
+    for (a, b) in [
+        ("Mar 25 12:15:11 node7 python3[8289]: ", "Mar 25 12:15:11 node7 python3[8290]: "),
+        ("[pod/trainer-0/pytorch] ", "[pod/server-0/vllm] "),
+    ] {
+        let lines = [
+            format!("{a}Traceback (most recent call last):"),
+            format!("{b}Traceback (most recent call last):"),
+            format!("{a}  File \"train.py\", line 9, in <module>"),
+            format!("{b}  File \"serve.py\", line 12, in <module>"),
+            format!("{a}    loss.backward()"),
+            format!("{b}    out = model.generate(x)"),
+            format!(
+                "{a}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 10.00 MiB is free."
+            ),
+            format!(
+                "{b}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 40.00 MiB. GPU 1 has a total capacity of 7.79 GiB of which 10.00 MiB is free."
+            ),
+        ];
+        let events = parse_all(lines.iter().map(String::as_str));
+        let found: Vec<_> =
+            events.iter().map(|e| (e.fields.gpu, e.phase.as_ref().map(|p| p.phase))).collect();
+        assert_eq!(found, [(Some(0), Some(Phase::Backward)), (Some(1), Some(Phase::Inference))], "{a}");
+        check_interleaved_ranks(a);
+    }
+}
+
 #[test]
 fn json_has_exactly_the_keys() {
     let e = &parse_all([V2])[0];
