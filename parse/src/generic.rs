@@ -65,14 +65,14 @@ const NOT_MEMORY_KILL: &[&str] = &[
 ];
 
 /// A process reported dead of SIGKILL, the OOM killer's signal, in any program's words: `signal
-/// 9`, `SIGKILL`, `signal: killed`, `kill signal`, or an exit status of 137 (128 + 9) or -9
-/// after a word naming a status (`exit code 137`, `status=137`, `returncode: -9`). `l` is the
-/// line in lower case.
+/// 9`, `SIGKILL`, `signal: killed`, `killed signal` (not prose's `kill signal`: a changelog's
+/// `fix kill signal on Windows`; nvcc's `(kill signal)` follows its `signal 9`), or an exit
+/// status of 137 (128 + 9) or -9 after a word naming a status (`exit code 137`, `status=137`,
+/// `returncode: -9`). `l` is the line in lower case.
 pub fn killed_by_sigkill(l: &str) -> bool {
     let said = has(l, "sigkill")
         || has(l, "signal: killed")
         || has(l, "signal killed")
-        || has(l, "kill signal")
         || has(l, "killed signal")
         || coded(l, "9", &["signal", "sig"])
         || coded(l, "137", STATUS_WORDS)
@@ -512,6 +512,8 @@ mod tests {
             "installing signal handlers for sigint, sigkill",
             "exit code 137 means the container was killed",
             "[remoteopenaiserver] 8 process(es) still in pgid 707 after sigkill: [1485, 1486]",
+            "* fix kill signal on windows",
+            "  - send kill signal to child processes on shutdown",
         ] {
             assert!(!killed_by_sigkill(l), "{l}");
         }
