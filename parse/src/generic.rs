@@ -234,6 +234,9 @@ const DEVICE_WORDS: &[&str] = &[
     "vulkan",
     "opencl",
     "metal",
+    // Huawei Ascend's driver allocating the NPU's memory (`halMemAlloc failed:size=32(Byte)`, its
+    // `… drvRetCode=6` cut away by a terminal's wrap): not the C library's `malloc failed`.
+    "halmemalloc",
 ];
 
 /// Words of a line that only speaks of a failure: advice, a condition, a question, a warning.

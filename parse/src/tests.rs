@@ -1374,4 +1374,12 @@ fn formats_of_a_later_round() {
     ]);
     assert_eq!(kinds(&wav2lip), [("cuda_oom", "pytorch", 3)]);
     assert_eq!(wav2lip[0].hint, Some("batch_search_exhausted"));
+    // Ascend's driver line hard-wrapped in three pieces, its return code in the last: the
+    // driver's allocation is the device's, not the C library's `malloc failed`.
+    let ascend = wrap(
+        "[ERROR] RUNTIME(29167,mindie_llm_backend_connector):2025-04-27-07:23:17.709.105 [npu_driver.cc:1274]29953 DevMemAllocManaged:[INIT][DEFAULT][drv api] halMemAlloc failed:size=32(Byte), type=17, moduleId=3, drvFlag=216172782156776448, drvRetCode=6, device_id=0!",
+        100,
+    );
+    assert_eq!(ascend.len(), 3);
+    assert_eq!(kinds(&parse_all(ascend.iter().map(String::as_str))), [("cuda_oom", "ascend", 1)]);
 }
