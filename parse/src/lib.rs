@@ -1144,7 +1144,17 @@ impl Pending {
         let mut whole = self.last.before_piece.clone();
         frameworks::extract(&joined, &mut whole);
         whole.fill_from(&self.fields);
-        whole != self.fields || hint::message_hint(&joined) != hint::message_hint(&self.last.piece)
+        // PyTorch's words in another family's line (the host's `DefaultCPUAllocator: can't
+        // allocate memory: yo` / `u tried to allocate 90177536 bytes.`), which the event reads
+        // joined when it ends: the size the cut split.
+        let torch_words = |text: &str| {
+            let mut f = Fields::default();
+            pytorch::extract(text, &mut f);
+            f.requested
+        };
+        whole != self.fields
+            || hint::message_hint(&joined) != hint::message_hint(&self.last.piece)
+            || torch_words(&joined) != torch_words(&self.last.piece)
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {

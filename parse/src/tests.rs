@@ -1129,6 +1129,14 @@ fn terminal_wrapped_lines() {
         "enough memory: you tried to allocate 26214400 bytes.",
     ]);
     assert_eq!(kinds(&word_wrapped), [("host_oom_kill", "pytorch", 1)]);
+    // A terminal's cut inside PyTorch's words of a host allocation: the size after the cut is the
+    // failure's.
+    let cut = parse_all([
+        "RuntimeError: [enforce fail at CPUAllocator.cpp:68] . DefaultCPUAllocator: can't allocate memory: yo",
+        "u tried to allocate 90177536 bytes.",
+    ]);
+    assert_eq!(kinds(&cut), [("host_oom_kill", "pytorch", 1)]);
+    assert_eq!(cut[0].fields.requested, Some(90_177_536));
     // A wrap inside the failure's words after a line that already reads as one: the second piece
     // (a headless PyTorch message on its own) continues it.
     let engine = parse_all([
