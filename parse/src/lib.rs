@@ -712,7 +712,7 @@ fn begins_alike(prev: &str, lead: &str) -> bool {
 /// of its own (a key other than that line's or one outside it), decorated as the line before or
 /// less (a paste's quote markers or indent, a stamp on every line of a log, on every piece; a
 /// logger's prefix on the first piece only), not indented beyond
-/// that (a frame's, a continuation's), and not begun with the stamp that began the line before (a
+/// that (a frame's, a continuation's; one space more is the space a cut moved), and not begun with the stamp that began the line before (a
 /// logger's next line, its stamp unknown to the prefix grammars: [`same_start`]).
 /// Returns the decoration's width in characters, which the line before shares: the terminal's
 /// width is what follows it.
@@ -725,6 +725,12 @@ fn wrap_piece(
     origin: &Origin,
 ) -> Option<usize> {
     let lead = lead(raw, body)?;
+    // A cut right before a space moves that space to the piece (`… and type float` / ` on
+    // /job:localhost/…/device:GPU:0`): one space beyond the line's decoration is the text's.
+    let lead = match lead.strip_suffix(' ') {
+        Some(decoration) if decoration == prev_lead => decoration,
+        _ => lead,
+    };
     (origin.level.is_none()
         && (origin.key.is_empty() || origin.key == prev_origin.key || origin.holds(prev_origin))
         && begins_alike(prev_lead, lead)

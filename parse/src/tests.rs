@@ -125,6 +125,19 @@ fn numbers_a_wrap_cut_are_read_whole() {
         assert_eq!(events[0].fields.requested, Some(3_327_510_528), "{decoration:?}");
         assert_eq!(events[0].fields.allocated, Some(13_736_083_968), "{decoration:?}");
     }
+    // A cut right before a space: the next piece begins with it, and is still a piece (the
+    // device it names is the failure's).
+    let tf = [
+        "2020-11-04 01:20:46.313269: W tensorflow/core/framework/op_kernel.cc:1651] OP_REQUIRES failed at con",
+        "cat_op.cc:153 : Resource exhausted: OOM when allocating tensor with shape[4194304,90] and type float",
+        " on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    ];
+    for decoration in ["", "> "] {
+        let lines: Vec<String> = tf.iter().map(|l| format!("{decoration}{l}")).collect();
+        let events = parse_all(lines.iter().map(String::as_str));
+        assert_eq!(events.len(), 1, "{decoration:?}");
+        assert_eq!(events[0].fields.gpu, Some(0), "{decoration:?}");
+    }
 }
 
 /// Old PyTorch's `… out of memory at` broken by a word wrap before its source location: the
