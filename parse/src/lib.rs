@@ -1146,6 +1146,16 @@ impl Pending {
             pytorch::extract(&joined, &mut whole);
             return whole != apart || pytorch::complete(&joined);
         }
+        // The middle piece of a line cut in three or more — as wide as the piece before, going on
+        // inside its word or number — is the line's though it says nothing alone: the pieces after
+        // it are read with it (`… _device="/job:localhost/replica:0/task:` / `0/device:GPU:0"]`).
+        let width = line.raw.chars().count();
+        if (width == self.last.width || width + 1 == self.last.width)
+            && self.last.piece.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && line.body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            return true;
+        }
         let joined = format!("{}{}", self.last.piece, line.c);
         let mut whole = self.last.before_piece.clone();
         frameworks::extract(&joined, &mut whole);
@@ -1158,9 +1168,17 @@ impl Pending {
             pytorch::extract(text, &mut f);
             f.requested
         };
+        // A reading that needs the message's head (TensorFlow's device in a node line of the
+        // refused tensor's message): the event's text with the piece against without it.
+        let in_message = |text: &str| {
+            let mut f = Fields::default();
+            frameworks::extract(text, &mut f);
+            f
+        };
         whole != self.fields
             || hint::message_hint(&joined) != hint::message_hint(&self.last.piece)
             || torch_words(&joined) != torch_words(&self.last.piece)
+            || in_message(&format!("{}{}", self.compact, line.c)) != in_message(&self.compact)
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {

@@ -138,6 +138,18 @@ fn numbers_a_wrap_cut_are_read_whole() {
         assert_eq!(events.len(), 1, "{decoration:?}");
         assert_eq!(events[0].fields.gpu, Some(0), "{decoration:?}");
     }
+    // A line cut in four: the second piece says nothing alone (it goes on inside a word), the
+    // third names the device, which only the message's head makes TensorFlow's (the fourth, `]`,
+    // too narrow to tell, is left).
+    let node = parse_all([
+        "ResourceExhaustedError: OOM when allocating tensor with shape[256,256,28,28]",
+        "\t [[Node: mrcnn_mask_deconv/conv2d_transpose = Conv2DBackpropInput[T=DT_FLOAT, data_format=\"NHWC\", p",
+        "adding=\"VALID\", strides=[1, 2, 2, 1], use_cudnn_on_gpu=true, _device=\"/job:localhost/replica:0/task:",
+        "0/device:GPU:0\"](mrcnn_mask_deconv/stack, mrcnn_mask_deconv/kernel/read, mrcnn_mask_deconv/Reshape)]",
+        "]",
+    ]);
+    assert_eq!(node.len(), 1);
+    assert_eq!((node[0].fields.gpu, node[0].lines.len()), (Some(0), 4));
 }
 
 /// Old PyTorch's `… out of memory at` broken by a word wrap before its source location: the
