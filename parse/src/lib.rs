@@ -1146,13 +1146,17 @@ impl Pending {
             pytorch::extract(&joined, &mut whole);
             return whole != apart || pytorch::complete(&joined);
         }
-        // The middle piece of a line cut in three or more — as wide as the piece before, going on
-        // inside its word or number — is the line's though it says nothing alone: the pieces after
-        // it are read with it (`… _device="/job:localhost/replica:0/task:` / `0/device:GPU:0"]`).
+        // The middle piece of a line cut in three or more — as wide as the piece before, which
+        // does not end a sentence, and going on inside a word or a number or with a character no
+        // line begins with — is the line's though it says nothing alone: the pieces after it are
+        // read with it (`… [[node lm/RNN_0/…/min (` / `defined at …/training.py:410)  =
+        // Const[_class=["loc:` / `@lm/RNN_0/…` / `… _device="/job:…/device:GPU:0"]()]]`).
         let width = line.raw.chars().count();
         if (width == self.last.width || width + 1 == self.last.width)
-            && self.last.piece.ends_with(|c: char| c.is_ascii_alphanumeric())
-            && line.body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && self.last.piece.ends_with(|c: char| !".!?".contains(c))
+            && line.body.trim_start().starts_with(|c: char| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || "@\"')]},.:;_-=/".contains(c)
+            })
         {
             return true;
         }

@@ -150,6 +150,16 @@ fn numbers_a_wrap_cut_are_read_whole() {
     ]);
     assert_eq!(node.len(), 1);
     assert_eq!((node[0].fields.gpu, node[0].lines.len()), (Some(0), 4));
+    // Pieces that end with a bracket or a separator and begin with a symbol.
+    let bilm = parse_all([
+        "ResourceExhaustedError (see above for traceback): OOM when allocating tensor of shape [] and type fl",
+        "oat",
+        "         [[node lm/RNN_0/rnn/multi_rnn_cell/cell_0/lstm_cell/kernel/Initializer/random_uniform/min (",
+        "defined at /home/miniconda3/lib/python3.6/site-packages/bilm/training.py:410)  = Const[_class=[\"loc:",
+        "@lm/RNN_0/rnn/multi_rnn_cell/cell_0/lstm_cell/kernel/Assign\"], dtype=DT_FLOAT, value=Tensor<type: fl",
+        "oat shape: [] values: -0.0185652673>, _device=\"/job:localhost/replica:0/task:0/device:GPU:0\"]()]]",
+    ]);
+    assert_eq!((bilm.len(), bilm[0].fields.gpu), (1, Some(0)));
 }
 
 /// Old PyTorch's `… out of memory at` broken by a word wrap before its source location: the

@@ -138,11 +138,12 @@ fn decorated_lines_give_the_same_events() {
     // A logger's level on every piece of a line a terminal's hard wrap cut (loguru's prefix on
     // each piece of these hard-wrapped pastes): each piece reads as the logger's own line — a
     // terminal adds no prefix to a piece — so the pieces are not joined.
-    const CHANGED: [(&str, &str); 14] = [
+    const CHANGED: [(&str, &str); 15] = [
         ("cupy-explosion-spacy-8093", "loguru"),
         ("jax-jax-ml-jax-788", "loguru"),
         ("jax-mlcommons-algorithmic-efficiency-137", "loguru"),
         ("jax-young-geng-easylm-33", "loguru"),
+        ("llama-cpp-lostruins-koboldcpp-1371", "loguru"),
         ("other-nvidia-tensorrt-2682", "loguru"),
         ("other-tenstorrent-tt-inference-server-2886", "loguru"),
         ("pytorch-huggingface-trl-3172", "an indent"),
@@ -191,7 +192,7 @@ fn hard_wrapped(text: &str, width: usize) -> String {
 #[test]
 fn hard_wrapped_records_keep_their_numbers_and_phase() {
     const WIDTH: usize = 100;
-    const MOST_CHANGED: usize = 92;
+    const MOST_CHANGED: usize = 88;
     let records = oomlens_corpus::load().expect("corpus");
     let what = |e: &ParsedOom| (e.fields.clone(), e.phase.as_ref().map(|p| p.phase));
     let mut changed = Vec::new();
