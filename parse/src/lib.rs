@@ -659,10 +659,13 @@ fn may_wrap_failure(raw: &str, c: &str) -> bool {
 /// A long line of other words is not joined to the next: its device words (`loading in lowvram
 /// mode`) would lend a warning after it a failure it does not report.
 fn wrapped_failure(head: &str, next: &str) -> bool {
-    FAILURE_WORDS.iter().any(|w| head.contains(w))
-        || WRAPPED_WORDS
-            .iter()
-            .any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
+    FAILURE_WORDS.iter().any(|w| head.contains(w)) || words_cut(head, next)
+}
+
+/// True when one of [`WRAPPED_WORDS`] runs across the end of compact `head` into compact `next`
+/// (`… torch.OutOfMemor` / `yError: CUDA out of memory. …`).
+fn words_cut(head: &str, next: &str) -> bool {
+    WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
 }
 
 /// True when `body` is a source file's location alone: one word with a path separator, ending in
@@ -1368,7 +1371,8 @@ impl LogParser {
         // A line that begins inside a word or a number after a held line that filled a terminal's
         // width and ends inside one (`00 MiB on device 0: cudaMalloc failed: out of memory` after
         // `… ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422`) is read with it even when
-        // its own words name a failure: the program that printed it is named before the cut.
+        // its own words name a failure: the program that printed it (or the process, in its
+        // prefix) is named before the cut.
         let cut_tail = family.is_some()
             && head.as_ref().is_some_and(|h| {
                 let head_body = prefix::strip(&h.raw).0;
@@ -1385,12 +1389,19 @@ impl LogParser {
                     .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
             })
             && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && family.zip(head.as_ref()).is_some_and(|(alone, h)| joined_says_more(&h.c, &c, alone));
+            && family.zip(head.as_ref()).is_some_and(|(alone, h)| {
+                // Or the held line's prefix names the process the piece's words do not (vLLM's
+                // `(VllmWorkerProcess pid=195295) ERROR … torch.OutOfMemor` / `yError: CUDA out of
+                // memory. …`).
+                joined_says_more(&h.c, &c, alone) || (h.origin.pid.is_some() && origin.pid.is_none())
+            });
         let wrapped = match (generic_only || cut_tail, &head) {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
                     && head_origin.compatible(&origin)
-                    && (family.is_none() || looks_like_tail(prefix::strip(head_raw).0, body))
+                    && (family.is_none()
+                        || looks_like_tail(prefix::strip(head_raw).0, body)
+                        || words_cut(head_c, &c))
                     && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(head_c, &c)) =>
             {
                 // A device failure's words, else a host symptom's (matched on the line as it was

@@ -160,6 +160,15 @@ fn numbers_a_wrap_cut_are_read_whole() {
         "oat shape: [] values: -0.0185652673>, _device=\"/job:localhost/replica:0/task:0/device:GPU:0\"]()]]",
     ]);
     assert_eq!((bilm.len(), bilm[0].fields.gpu), (1, Some(0)));
+    // A worker's prefix on the first piece only, the cut inside the exception's name: the
+    // failure is the worker's (its pid), from the prefixed line on.
+    let worker = parse_all([
+        "(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] torch.OutOfMemor",
+        "yError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 2 has a total capacity of 14.62 GiB of ",
+        "which 3.31 MiB is free.",
+    ]);
+    assert_eq!(kinds(&worker), [("cuda_oom", "pytorch", 1)]);
+    assert_eq!((worker[0].fields.pid, worker[0].fields.gpu), (Some(195_295), Some(2)));
 }
 
 /// Old PyTorch's `… out of memory at` broken by a word wrap before its source location: the
