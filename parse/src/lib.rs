@@ -714,9 +714,10 @@ fn begins_alike(prev: &str, lead: &str) -> bool {
 /// and whose text began with `prev_start` (of `prev_origin`'s stream): no logger's level or stream
 /// of its own (a key other than that line's or one outside it), decorated as the line before or
 /// less (a paste's quote markers or indent, a stamp on every line of a log, on every piece; a
-/// logger's prefix on the first piece only), not indented beyond
-/// that (a frame's, a continuation's; one space more is the space a cut moved), and not begun with the stamp that began the line before (a
-/// logger's next line, its stamp unknown to the prefix grammars: [`same_start`]).
+/// logger's prefix on the first piece only), not indented beyond that (a frame's, a
+/// continuation's; one space more is the space a cut moved), and not begun with the stamp that
+/// began the line before (a logger's next line, its stamp unknown to the prefix grammars:
+/// [`same_start`]).
 /// Returns the decoration's width in characters, which the line before shares: the terminal's
 /// width is what follows it.
 fn wrap_piece(

@@ -4,7 +4,8 @@
 //! on); each record's message goes through the shared [`KmsgParser`] (`oomlens_parse::kernel`:
 //! Xid errors, OOM-killer kills). Any path can be read, so tests use fixture files in the record
 //! format; a line of kernel log text in such a file (`dmesg`'s `[ 8123.456789] …`) is read as the
-//! message after its prefix. [`spawn_kmsg`] runs the reader as a task that sends events as readings until stopped.
+//! message after its prefix. [`spawn_kmsg`] runs the reader as a task that sends events as
+//! readings until stopped.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Seek, SeekFrom};
