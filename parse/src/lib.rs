@@ -1168,25 +1168,20 @@ impl Pending {
         let mut whole = self.last.before_piece.clone();
         frameworks::extract(&joined, &mut whole);
         whole.fill_from(&self.fields);
-        // PyTorch's words in another family's line (the host's `DefaultCPUAllocator: can't
-        // allocate memory: yo` / `u tried to allocate 90177536 bytes.`), which the event reads
-        // joined when it ends: the size the cut split.
-        let torch_words = |text: &str| {
+        // Or the event's whole text, read as the event reads it when it ends (PyTorch's words and
+        // every framework's), says more with the piece: a size the cut split in PyTorch's words of
+        // another family's line (`DefaultCPUAllocator: can't allocate memory: yo` / `u tried to
+        // allocate 90177536 bytes.`), a reading that needs the message's head (TensorFlow's
+        // device in a node line of the refused tensor's message).
+        let read = |text: &str| {
             let mut f = Fields::default();
             pytorch::extract(text, &mut f);
-            f.requested
-        };
-        // A reading that needs the message's head (TensorFlow's device in a node line of the
-        // refused tensor's message): the event's text with the piece against without it.
-        let in_message = |text: &str| {
-            let mut f = Fields::default();
             frameworks::extract(text, &mut f);
             f
         };
         whole != self.fields
             || hint::message_hint(&joined) != hint::message_hint(&self.last.piece)
-            || torch_words(&joined) != torch_words(&self.last.piece)
-            || in_message(&format!("{}{}", self.compact, line.c)) != in_message(&self.compact)
+            || read(&format!("{}{}", self.compact, line.c)) != read(&self.compact)
     }
 
     fn accepts(&self, body: &str, compact: &str, origin: &Origin) -> bool {
