@@ -3,8 +3,8 @@
 //!
 //! | family | start (compact text contains) | framework |
 //! |---|---|---|
-//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
-//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` / its driver's `halMemAlloc failed … drvRetCode=6` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N` (not its CPU provider's: `…_nchwc` nodes), DirectML's `BucketizedBufferAllocator … 8007000E Not enough memory resources` (framework `directml`), torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, Wav2Lip's `Image too big to run face detection on GPU` (framework `pytorch`), `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, PyTorch's MPS allocator's `Invalid buffer size: 19.38 GiB` (framework `pytorch`), Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` / `[malloc_or_wait] Unable to allocate N bytes` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
+//! | Torch | `CUDA/HIP/NPU/XPU out of memory. Tried to allocate`, `MPS backend out of memory` (also wrapped before `Tried to allocate`), a caught OOM's `ran out of memory, skipping batch`, ComfyUI's report `**Exception Type:** torch.OutOfMemoryError`, `OutOfMemoryError`, its bare `Allocation on device` after a word on a short line (ComfyUI's title), the caching allocator's `NVML_SUCCESS == r INTERNAL ASSERT FAILED at …CUDACachingAllocator.cpp` (its OOM path on platforms without NVML), C++'s `terminate called after throwing an instance of 'c10::OutOfMemoryError'` | `pytorch` |
+//! | Cuda | `CUDA error: out of memory`, `cudaErrorMemoryAllocation`, `cuda runtime error (2) : out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`, the driver API's status as torch_memory_saver prints it (`CUresult error result=2`), NVIDIA's video encoder (`[h264_nvenc @ …] OpenEncodeSessionEx failed: out of memory (10)`, NVEncC's `nvEncOpenEncodeSessionEx: 10 (… unable to allocate enough memory …)`), Blender Cycles' `Out of memory in cuStreamCreate(…)` / `System is out of GPU and shared host memory`, cuML's `Not enough free memory on device N to run …`, MNN's `Out of memory when gamma is acquired in CudaLayerNorm`, early Caffe's `Check failed: (cudaMalloc(&gpu_ptr_, size_)) == cudaSuccess (2 vs. 0)`, the Spark RAPIDS Accelerator's `DeviceMemoryEventHandler: Device allocation of N bytes failed` (framework `rapids`), Intel Gaudi's `MODULE:PT_DEVMEM Allocation failed for size::N` (framework `habana`), cuBLAS that could not start (TensorFlow's `Blas GEMM launch failed`, MXNet's `Create cublas handle failed`; framework `cublas`), PyTorch's `Unable to find a valid cuDNN algorithm to run convolution` (framework `cudnn`), ONNX Runtime's `Available memory of 0 is smaller than requested bytes of N`, Huawei Ascend's CANN `EL0004 … Failed to allocate memory` / `[driver error:out of memory]` / its driver's `halMemAlloc failed … drvRetCode=6` (framework `ascend`), `THCudaCheck FAIL … error=2 : out of memory`, `CUDA driver error: out of memory`, `CUDA failed with error out of memory`, `Triton Error [CUDA]: out of memory`, `ErrStr:out of memory`, `… bytes of device memory (out of memory)`, `ran out of memory on GPU`, TensorRT's `Error Code 2: OutOfMemory`, ONNX Runtime's `BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size N` (not its CPU provider's: `…_nchwc` nodes), DirectML's `BucketizedBufferAllocator … 8007000E Not enough memory resources` (framework `directml`), torch-directml's `Could not allocate tensor with N bytes. There is not enough GPU video memory available!`, AUTOMATIC1111's `Not enough memory, use lower resolution`, Wav2Lip's `Image too big to run face detection on GPU` (framework `pytorch`), `insufficient GPU memory`, general wordings (`Out of GPU memory trying to allocate`, `not enough VRAM`, `GPU memory exhausted`; not when the line falls back or retries), OpenCL's `Memory Object Allocation Failure` / `CL_MEM_OBJECT_ALLOCATION_FAILURE`, CUDA's math libraries (`CUFFT_ALLOC_FAILED`, `cuFFT failed to allocate GPU or CPU memory`, `CUSPARSE_STATUS_ALLOC_FAILED`, cuSOLVER's, cuTENSOR's, `CURAND_STATUS_ALLOCATION_FAILED`), NVENC's status 10 after any call (`CreateBitstreamBuffer failed: out of memory (10)`), `Device out of memory`, SYCL's `UR_RESULT_ERROR_OUT_OF_RESOURCES` / `UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY` / `PI_ERROR_OUT_OF_RESOURCES` (Intel GPUs), RAPIDS RMM's `RMM failure … Maximum pool size exceeded` / `Initial pool size exceeds the maximum pool size`, RELION's `ERROR: out of memory in F at line N (error-code 2)`, PyTorch's MPS allocator's `Invalid buffer size: 19.38 GiB` (framework `pytorch`), Apple MLX's `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size` / `Resource limit (N) exceeded` / `[malloc_or_wait] Unable to allocate N bytes` (framework `mlx`), the CUDA samples' check macro (bitsandbytes) `Error out of memory at line N in file F`, Tenstorrent tt-metal's `Out of Memory: Not enough space to allocate N B DRAM buffer across K banks` (its per-bank figures × K; framework `tt-metal`), Thrust's `std::bad_alloc: out of memory` and `parallel_for failed: out of memory`, MindSpore's pool (`alloc size : Q is more than total mem size : C`, `Memory isn't enough`; framework `mindspore`), Kaldi's `Failed to allocate a memory region of N bytes … Memory info: free:F, used:U` and `MallocInternal … Memory allocation failure` (framework `kaldi`), CubeCL's (Burn) `can't allocate buffer of size: N` / `No pool handles allocation of size N` (framework `cubecl`), OpenVINO's GPU plugin `… reduce memory consumption … CL_OUT_OF_RESOURCES` (framework `openvino`), Jittor's `GPU memory is overflow` (`jittor`), MegEngine's `out of memory while requesting N bytes` (`megengine`), Sophgo's `bm_alloc_gmem failed` (`sophon`), Metal's `Command buffer execution failed: Insufficient Memory` (`mlx`), the CUDA runtime's `out of memory` next to a CUDA source location (`out of memory at …/THCStorage.cu:58`, Thrust's `…/device_helpers.cuh(456): out of memory`), PyTorch-DirectML's `DML allocator out of memory!` (`directml`), Lua Torch's cuDNN `No algorithms found that would fit in free GPU memory` (`cudnn`), OpenVINO's `[GPU] Exceeded max size of memory object allocation` (`openvino`), OneFlow's `oneflow.ErrorProto.out_of_memory_error` (`oneflow`), HeavyDB's `Query couldn't keep the entire working set of columns in GPU memory` (`heavydb`), DeePMD-kit's `DeePMD-kit OOM: CUDA Assert` (`deepmd`), TensorRT 7's `[TensorRT] ERROR: … OutOfMemory Error in allocate` / `Out of memory error during getBestTactic` (`tensorrt`), torch_memory_saver's `CUresult error: 2 (out of memory)`, TensorRT-LLM's `maxTokensInPagedKvCache must be large enough to process at least 1 sequence` (`tensorrt-llm`), TensorFlow's / XLA's `Memory usage: F bytes free, T bytes total.` after cuDNN could not create its handle, with less than a tenth free, `Insufficient graphics memory`, any other line saying `out of memory` together with `CUDA` / `GPU` / `device` / `cudaMalloc`, and, as a last resort, a memory failure's words with a device's in any program's words (`generic.rs`; framework `other`: `failed to allocate 2.10 GiB on device 0`, `Out of video memory`, `GL_OUT_OF_MEMORY`) | `cuda`, or the framework whose code printed it (`tensorflow`, `jax`, `llama.cpp`, `mxnet`, `paddle`, `cupy`, `tensorrt`, `rapids`, …) |
 //! | Cublas / Cudnn | `CUBLAS_STATUS_ALLOC_FAILED` / `CUDNN_STATUS_ALLOC_FAILED` | `cublas` / `cudnn` |
 //! | Nccl | `Cuda failure 'out of memory'` (also `Cuda failure 2 'out of memory'`) | `nccl` |
 //! | TfTensor | `OOM when allocating tensor with shape[…] and type T on …/device:GPU:N` (also cut to `ResourceExhaustedError: OOM`), 1.x `Ran out of GPU memory when allocating N bytes for`, eager `ResourceExhaustedError: failed to allocate memory [Op:…]`, a 1.x session's root error `(0) Resource exhausted: failed to allocate memory`, the convolution autotuner's `RESOURCE_EXHAUSTED: Allocating N bytes exceeds the memory limit of M bytes` | `tensorflow` |
@@ -98,7 +98,8 @@ pub fn detect(c: &str) -> Option<Family> {
         || has(c, "validcudnnalgorithm")
         || has(c, "hbmusage")
         || has(c, "invalidbuffersize")
-        || has(c, "facedetectionongpu"))
+        || has(c, "facedetectionongpu")
+        || has(c, "pagedkvcache"))
     {
         return None;
     }
@@ -149,8 +150,14 @@ pub fn detect(c: &str) -> Option<Family> {
     {
         return Some(Family::Torch);
     }
+    // (Also its message at the end of a short line after a word — ComfyUI's error title glues the
+    // node's name before it: `WanVideoSampler Allocation on device`; alone on its line it is read
+    // with the head before it, `LogParser::head`.)
     if has(c, "allocationondevice")
         && (has(c, "wouldexceedallowedmemory")
+            || (c.ends_with("allocationondevice")
+                && (19..=64).contains(&c.len())
+                && !has(c, "memoryallocationondevice"))
             || has(c, "outofmemoryerror:allocationondevice")
             || has(c, "exceptionduringprocessing")
             // Its UI's report: `Error occurred when executing KSampler:`, a blank line, the
@@ -340,10 +347,28 @@ pub fn detect(c: &str) -> Option<Family> {
     if has(c, "noexecutablebatchsizefound") || has(c, "makesureyouhaveenoughgpuramtofitthequantizedmodel") {
         return Some(Family::Accelerate);
     }
-    if cuda_runtime(c) || other_device_failure(c) {
+    if cuda_runtime(c) || other_device_failure(c) || cudnn_start_on_full_gpu(c) {
         return Some(Family::Cuda);
     }
     None
+}
+
+/// TensorFlow's (and XLA's: JAX, Elixir's EXLA) account of the device after cuDNN could not create
+/// its handle — `Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR` then `Memory usage:
+/// 433717248 bytes free, 25351290880 bytes total.` — with less than a tenth of the device free:
+/// cuDNN had no room for its workspace (the error alone has other causes; the figures say which).
+fn cudnn_start_on_full_gpu(c: &str) -> bool {
+    memory_usage(c).is_some_and(|(free, total)| free.saturating_mul(10) < total)
+}
+
+/// The free and total bytes of `Memory usage: F bytes free, T bytes total`.
+fn memory_usage(c: &str) -> Option<(u64, u64)> {
+    let p = after(c, "memoryusage:", 0)?;
+    let (free, e) = uint_at(c, p)?;
+    let t = after(c, "bytesfree,", e).filter(|&t| t == e + "bytesfree,".len())?;
+    let (total, e2) = uint_at(c, t)?;
+    c.get(e2..).filter(|r| r.starts_with("bytestotal"))?;
+    Some((free, total))
 }
 
 /// A failed device allocation in words no rule names (`generic.rs`): framework `other`.
@@ -371,8 +396,12 @@ fn cuda_runtime(c: &str) -> bool {
         || has(c, "cudaruntimeerror(2):outofmemory")
         || has(c, "cuda_error_out_of_memory")
         || has(c, "cudaerror(2),outofmemory")
-        // TensorRT's builder: `Error Code 2: OutOfMemory (no further information)`.
+        // TensorRT's builder: `Error Code 2: OutOfMemory (no further information)`; TensorRT 7's
+        // `[TensorRT] ERROR: ../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0` and
+        // `[TensorRT] ERROR: Out of memory error during getBestTactic: [FULLY_CONNECTED #1] …`.
         || has(c, "errorcode2:outofmemory")
+        || (has(c, "[tensorrt]")
+            && (has(c, "outofmemoryerrorinallocate") || has(c, "outofmemoryerrorduringgetbesttactic")))
         // SYCL's unified runtime (Intel GPUs, e.g. llama.cpp's SYCL backend): `UR backend returns:40
         // (UR_RESULT_ERROR_OUT_OF_RESOURCES)`; the older plugin interface's `PI_ERROR_OUT_OF_RESOURCES`.
         || has(c, "ur_result_error_out_of_resources")
@@ -586,6 +615,37 @@ fn cuda_runtime(c: &str) -> bool {
         // Metal reporting a command buffer that could not get its memory (MLX on Apple silicon):
         // `[METAL] Command buffer execution failed: Insufficient Memory`.
         || has(c, "commandbufferexecutionfailed:insufficientmemory")
+        // The CUDA runtime's error text after a location in CUDA source: a check macro's `out of
+        // memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58` (old PyTorch, its head cut
+        // off), Thrust's `what():  …/common/device_helpers.cuh(456): out of memory` (XGBoost).
+        || cuda_source_oom(c)
+        // PyTorch-DirectML's heap allocator: `[W dml_heap_allocator.cc:97] DML allocator out of
+        // memory!` (the `RuntimeError: Unknown error -2147024882` after it is E_OUTOFMEMORY).
+        || has(c, "dmlallocatoroutofmemory")
+        // cuDNN's algorithm search under Lua Torch: `cudnn/find.lua:503: No algorithms found that
+        // would fit in free GPU memory`.
+        || has(c, "noalgorithmsfoundthatwouldfitinfreegpumemory")
+        // OpenVINO's GPU plugin refusing one buffer over the device's limit: `[GPU] Exceeded max
+        // size of memory object allocation: requested N bytes, but max alloc size supported by
+        // device is M bytes.`
+        || has(c, "[gpu]exceededmaxsizeofmemoryobjectallocation")
+        // OneFlow's error proto: `Error Type: oneflow.ErrorProto.out_of_memory_error` (its glog
+        // line before, `F… op_call_instruction_policy.cpp:209] out of memory`, names no device).
+        || has(c, "oneflow.errorproto.out_of_memory_error")
+        // torch_memory_saver's driver call in its newer words: `[torch_memory_saver.cpp] CUresult
+        // error: 2 (out of memory) file=csrc/utils.h func=cu_mem_create line=187`.
+        || has(c, "curesulterror:2(outofmemory)")
+        // TensorRT-LLM's KV cache left too small by what the engine's weights and activations took:
+        // `maxTokensInPagedKvCache must be large enough to process at least 1 sequence to
+        // completion` (vLLM's `… larger than the maximum number of tokens that can be stored in KV
+        // cache` in its words).
+        || has(c, "maxtokensinpagedkvcachemustbelargeenough")
+        // HeavyDB (OmniSci) could not hold a query's columns in the GPUs' buffer pools: `Query
+        // couldn't keep the entire working set of columns in GPU memory`.
+        || has(c, "couldn'tkeeptheentireworkingsetofcolumnsingpumemory")
+        // DeePMD-kit's custom TensorFlow ops report a CUDA allocation failure as `Resource
+        // exhausted: Operation received an exception: DeePMD-kit OOM: CUDA Assert`.
+        || has(c, "deepmd-kitoom")
     {
         return true;
     }
@@ -630,6 +690,10 @@ fn gpu_memory_ran_out(c: &str) -> bool {
         "outofvram",
         "gpumemoryexhausted",
         "gpumemoryisexhausted",
+        // Whisperer (whisper.cpp on Windows): `Insufficient graphics memory for this model!`.
+        "insufficientgraphicsmemory",
+        "notenoughgraphicsmemory",
+        "outofgraphicsmemory",
     ];
     const FALLS_BACK: &[&str] =
         &["fallingback", "fallback", "fallsback", "retry", "willuse", "insteadof", "warning", "ifyou"];
@@ -714,6 +778,7 @@ const CUDA_TRAILERS: &[&str] = &[
     "requestedamountofgpumemory(",
     "skippingtactic",
     "trydecreasingtheworkspacesize",
+    "tryincreasingtheworkspacesize",
     // XGBoost's allocator: the device's free memory and the request.
     "-freememory:",
     "-requestedmemory:",
@@ -851,9 +916,6 @@ const REQUEST_ANY: &[&str] = &[
     "allocationof",
 ];
 
-/// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
-/// `[metal::malloc]` tag: `Attempting to allocate N bytes which is greater than the maximum allowed
-/// buffer size of M bytes.`
 /// True when `c` contains `needle`, which ends in an error code, with no further digit after it
 /// (`… error 2` is an out-of-memory code, `… error 20` is not).
 fn ends_code(c: &str, needle: &str) -> bool {
@@ -866,6 +928,12 @@ fn ends_code(c: &str, needle: &str) -> bool {
 /// paddle::memory::allocation::BadAlloc,`).
 pub fn paddle_report_head(c: &str) -> bool {
     has(c, "paddle::memory::allocation::badalloc") && !has(c, "outofmemoryerrorongpu")
+}
+
+/// `out of memory` next to a location in CUDA source (`….cu:58`, `….cuh(456)`): the CUDA runtime's
+/// error text as a check macro prints it, whatever program's code it is.
+fn cuda_source_oom(c: &str) -> bool {
+    has(c, "outofmemory") && !has(c, "host") && [".cu:", ".cu(", ".cuh:", ".cuh("].iter().any(|w| has(c, w))
 }
 
 /// Huawei Ascend's driver refusing a device allocation for want of memory: `halMemAlloc
@@ -883,6 +951,9 @@ fn mps_buffer_limit(c: &str) -> bool {
     after(c, "invalidbuffersize:", 0).and_then(|p| size_at(c, p, false)).is_some()
 }
 
+/// Apple MLX refusing a buffer larger than Metal allows, in the wording of its releases before the
+/// `[metal::malloc]` tag: `Attempting to allocate N bytes which is greater than the maximum allowed
+/// buffer size of M bytes.`
 fn mlx_buffer_limit(c: &str) -> bool {
     has(c, "attemptingtoallocate") && has(c, "whichisgreaterthanthemaximumallowedbuffersize")
 }
@@ -961,6 +1032,10 @@ pub fn extract(c: &str, f: &mut Fields) {
     // Spark RAPIDS: `Total RMM allocated is 9319438848 bytes` (its pool's allocations).
     if let Some((v, _)) = after(c, "totalrmmallocatedis", 0).and_then(|p| uint_at(c, p)) {
         f.allocated.get_or_insert(v);
+    }
+    if let Some((free, total)) = memory_usage(c) {
+        f.free.get_or_insert(free);
+        f.capacity.get_or_insert(total);
     }
     if let Some((v, _)) = after(c, "totalmemoryreported:", 0).and_then(|p| uint_at(c, p)) {
         f.capacity.get_or_insert(v);
@@ -1333,7 +1408,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "directml"
         } else if has(c, "onnxruntime") || has(c, "bfcarena") {
             "onnxruntime"
-        } else if has(c, "gpuvideomemory") || has(c, "directml") {
+        } else if has(c, "gpuvideomemory") || has(c, "directml") || has(c, "dmlallocator") {
             "directml"
         } else if has(c, "uselowerresolution") || has(c, "facedetectionongpu") || mps_buffer_limit(c) {
             "pytorch"
@@ -1347,7 +1422,10 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             || has(c, "bytesofdevicememory:")
         {
             "cubecl"
-        } else if has(c, "cl_out_of_resources") || has(c, "openvino") {
+        } else if has(c, "cl_out_of_resources")
+            || has(c, "openvino")
+            || has(c, "[gpu]exceededmaxsizeofmemoryobject")
+        {
             "openvino"
         } else if has(c, "gpumemoryisoverflow") || has(c, "jittor") {
             "jittor"
@@ -1369,6 +1447,14 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "openfold"
         } else if has(c, "hugectr") {
             "hugectr"
+        } else if has(c, "oneflow") {
+            "oneflow"
+        } else if has(c, "workingsetofcolumnsingpumemory") {
+            "heavydb"
+        } else if has(c, "deepmd-kit") {
+            "deepmd"
+        } else if has(c, "fitinfreegpumemory") {
+            "cudnn"
         } else if has(c, "youmaytry\"-mmemorysize\"") {
             "thundersvm"
         } else if gpu_memory_ran_out(c) || other_device_failure(c) {
@@ -1394,9 +1480,13 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "cublas"
         } else if has(c, "turbomind") || has(c, "lmdeploy") {
             "lmdeploy"
-        } else if has(c, "[trt]") || has(c, "virtualmemorybuffer") || has(c, "ibuilderconfig") {
+        } else if has(c, "[trt]")
+            || has(c, "[tensorrt]")
+            || has(c, "virtualmemorybuffer")
+            || has(c, "ibuilderconfig")
+        {
             "tensorrt"
-        } else if has(c, "tensorrt") {
+        } else if has(c, "tensorrt") || has(c, "maxtokensinpagedkvcache") {
             "tensorrt-llm"
         } else {
             by_src(default)

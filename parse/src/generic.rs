@@ -432,6 +432,10 @@ const NOT_DEVICE_FAILURE: &[&str] = &[
     "prevent",
     "consider",
     "whether",
+    // The kernel's OOM killer naming its victim, whatever the process is called (`Out of memory:
+    // Kill process 2700 (DeviceMemory) score 1 or sacrifice child`): host memory.
+    "outofmemory:killprocess",
+    "outofmemory:killedprocess",
 ];
 
 /// A memory failure's words together with a device's on one line (`failed to allocate 2.1 GiB on

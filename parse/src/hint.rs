@@ -5,7 +5,7 @@
 //!
 //! | hint | message |
 //! |---|---|
-//! | `kv_cache` | vLLM: `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the model's max seq len (N), X GiB KV cache is needed …`; TensorRT-LLM's executor / Rust engines: `insufficient GPU memory` creating the KV cache |
+//! | `kv_cache` | vLLM: `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the model's max seq len (N), X GiB KV cache is needed …`; TensorRT-LLM's executor / Rust engines: `insufficient GPU memory` creating the KV cache; TensorRT-LLM's `maxTokensInPagedKvCache must be large enough to process at least 1 sequence to completion` |
 //! | `attention` | AUTOMATIC1111's split attention: `Not enough memory, use lower resolution` (also set from the failing code, `op.rs`) |
 //! | `startup_free_memory` | vLLM: `Free memory on device … on startup is less than desired GPU memory utilization` |
 //! | `cache_blocks` | vLLM: `No available memory for the cache blocks` |
@@ -34,6 +34,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache"], "kv_cache"),
         (&["toserveatleastonerequestwiththe", "kvcacheisneeded"], "kv_cache"),
         (&["insufficientgpumemory", "kvcache"], "kv_cache"),
+        (&["maxtokensinpagedkvcachemustbelargeenough"], "kv_cache"),
         (&["notenoughmemory,uselowerresolution"], "attention"),
         (&["onstartupislessthandesiredgpumemoryutilization"], "startup_free_memory"),
         (&["noavailablememoryforthecacheblocks"], "cache_blocks"),

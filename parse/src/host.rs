@@ -181,6 +181,9 @@ const SAID: &[(&[&str], HostEvidence, &str)] = &[
     (&["arraymemoryerror"], HostEvidence::Allocation, "numpy"),
     // ThunderSVM's host buffers: `FATAL [default] out of host memory`.
     (&["[default] out of host memory"], HostEvidence::Allocation, "thundersvm"),
+    // HeavyDB (OmniSci) refusing a query its CPU buffer pool cannot hold: `Exception: Not enough
+    // host memory to execute the query`.
+    (&["not enough host memory to execute the query"], HostEvidence::Allocation, "heavydb"),
     // Rust's global allocator aborting (tokenizers, a Rust data loader): `memory allocation of
     // 2097152 bytes failed`.
     (&["memory allocation of ", " bytes failed"], HostEvidence::Allocation, "rust"),
@@ -449,6 +452,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || l.split_whitespace().eq(["what():", "std::bad_alloc"])
         || l.trim() == "std::bad_alloc"
         || l.trim_end().ends_with(": std::bad_alloc")
+        || bad_alloc_last(&l)
     {
         return sym(Allocation, "c++", None);
     }
@@ -583,6 +587,14 @@ fn keras_bar_killed(lower: &str) -> bool {
     })
 }
 
+/// `std::bad_alloc` as a line's last word after the exception's report (`… 'std::bad_alloc'
+/// what():  std::bad_alloc`, the two lines of `terminate` flattened onto one by a paste) or after a
+/// logger's bracketed prefix (`[*** LOG ERROR #0001 ***] [2024-10-06 17:11:03] [] std::bad_alloc`).
+fn bad_alloc_last(l: &str) -> bool {
+    let mut words = l.split_whitespace().rev();
+    words.next() == Some("std::bad_alloc") && words.next().is_some_and(|w| w == "what():" || w.ends_with(']'))
+}
+
 /// bash's `Killed` in the zh_CN locale.
 const KILLED_ZH: &str = "已杀死";
 
@@ -602,6 +614,9 @@ fn killed_line(t: &str) -> Option<HostSymptom> {
         || lower.ends_with("]killed")
         || lower.ends_with("it/s]killed")
         || lower.ends_with("| killed")
+        // After a program's status line that ended without a line break: `:: Lookup embeddings
+        // and tokens (this might take a while) :: Killed`.
+        || lower.ends_with(" :: killed")
         || keras_bar_killed(&lower)
     {
         return sym(HostEvidence::Sigkill, "shell", None);

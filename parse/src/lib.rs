@@ -570,8 +570,10 @@ impl Traceback {
 }
 
 /// Words of a failure that a terminal's hard wrap may cut in two.
-const WRAPPED_WORDS: [&str; 13] = [
+const WRAPPED_WORDS: [&str; 14] = [
     "outofmemory",
+    // A device's memory named across the cut (`… would fit in free GPU` / ` memory`).
+    "gpumemory",
     "triedtoallocate",
     "failedtoallocate",
     "oomwhenallocating",

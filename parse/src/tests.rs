@@ -1435,3 +1435,103 @@ fn formats_of_a_later_round() {
     assert_eq!(ascend.len(), 3);
     assert_eq!(kinds(&parse_all(ascend.iter().map(String::as_str))), [("cuda_oom", "ascend", 1)]);
 }
+
+/// Formats met first in the round after version 19's rules were fixed (records of the corpus):
+/// each one failure, read as the program's, with the numbers it gives.
+#[test]
+fn formats_of_the_round_after_version_19() {
+    type Case = (&'static [&'static str], (&'static str, &'static str, u64));
+    let cases: [Case; 16] = [
+        (&["out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58"], ("cuda_oom", "cuda", 1)),
+        (
+            &[
+                "terminate called after throwing an instance of 'thrust::system::system_error'  what():  /home/ubuntu/src/xgboost/src/tree/../common/device_helpers.cuh(456): out of memory",
+            ],
+            ("cuda_oom", "xgboost", 1),
+        ),
+        (&["[W dml_heap_allocator.cc:97] DML allocator out of memory!"], ("cuda_oom", "directml", 1)),
+        (
+            &[
+                "/home/torch/install/share/lua/5.1/cudnn/find.lua:503: No algorithms found that would fit in free GPU memory",
+            ],
+            ("cuda_oom", "cudnn", 1),
+        ),
+        (
+            &[
+                "[GPU] Exceeded max size of memory object allocation: requested 2305843008391495680 bytes, but max alloc size supported by device is 4294959104 bytes.Please try to reduce batch size or use lower precision.",
+            ],
+            ("cuda_oom", "openvino", 1),
+        ),
+        (&["Error Type: oneflow.ErrorProto.out_of_memory_error"], ("cuda_oom", "oneflow", 1)),
+        (
+            &[
+                "Exception: Failed to run the cardinality estimation query: Query couldn't keep the entire working set of columns in GPU memory",
+            ],
+            ("cuda_oom", "heavydb", 1),
+        ),
+        (&["Exception: Not enough host memory to execute the query"], ("host_oom_kill", "heavydb", 1)),
+        (
+            &[
+                "2021-08-31 08:43:31.755090: W tensorflow/core/framework/op_kernel.cc:1767] OP_REQUIRES failed at custom_op.cc:12 : Resource exhausted: Operation received an exception: DeePMD-kit OOM: CUDA Assert, in file /tmp/pip-req-build-8xtytcha/source/op/custom_op.cc:12",
+            ],
+            ("cuda_oom", "deepmd", 1),
+        ),
+        // TensorRT 7's builder: the refused allocation, then the tactic search's failure (one).
+        (
+            &[
+                "[TensorRT] ERROR: ../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0",
+                "[TensorRT] ERROR: Out of memory error during getBestTactic: [FULLY_CONNECTED #1] torch.nn.functional.linear(tensor(shape=[1, 9216], dtype=torch.float32))",
+                "[TensorRT] ERROR: Try increasing the workspace size with IBuilderConfig::setMaxWorkspaceSize() if using IBuilder::buildEngineWithConfig, or IBuilder::setMaxWorkspaceSize() if using IBuilder::buildCudaEngine.",
+            ],
+            ("cuda_oom", "tensorrt", 1),
+        ),
+        (
+            &[
+                "[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/utils.h func=cu_mem_create line=187",
+            ],
+            ("cuda_oom", "cuda", 1),
+        ),
+        (
+            &[
+                "[TensorRT-LLM][ERROR] maxTokensInPagedKvCache must be large enough to process at least 1 sequence to completion (i.e. must be larger than beam_width * tokensPerBlock * maxBlocksPerSeq)",
+            ],
+            ("cuda_oom", "tensorrt-llm", 1),
+        ),
+        (&["Insufficient graphics memory for this model!"], ("cuda_oom", "other", 1)),
+        (&["WanVideoSampler Allocation on device"], ("cuda_oom", "pytorch", 1)),
+        (&["[*** LOG ERROR #0001 ***] [2024-10-06 17:11:03] [] std::bad_alloc"], ("host_oom_kill", "c++", 1)),
+        (
+            &[":: Lookup embeddings and tokens (this might take a while) :: Killed"],
+            ("host_oom_kill", "shell", 1),
+        ),
+    ];
+    for (lines, want) in cases {
+        assert_eq!(found(lines), [want], "{lines:?}");
+    }
+    // TensorFlow's account of the device after cuDNN could not start: a full device is a memory
+    // failure with its figures; a device with room is not.
+    let full = parse_all([
+        "13:32:23.430 [error] Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR",
+        "13:32:23.430 [error] Memory usage: 433717248 bytes free, 25351290880 bytes total.",
+    ]);
+    assert_eq!(full.len(), 1);
+    assert_eq!((full[0].fields.free, full[0].fields.capacity), (Some(433_717_248), Some(25_351_290_880)));
+    assert!(
+        found(&[
+            "E tensorflow/stream_executor/cuda/cuda_dnn.cc:329] Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR",
+            "E tensorflow/stream_executor/cuda/cuda_dnn.cc:337] Memory usage: 20000000000 bytes free, 25351290880 bytes total.",
+        ])
+        .is_empty()
+    );
+    // The kernel's OOM killer naming a process whose name speaks of a device is no device's
+    // failure (its `Killed process` line is the kernel reader's, `kernel.rs`).
+    assert!(
+        found(&["[   80.743300] Out of memory: Kill process 2700 (DeviceMemory) score 1 or sacrifice child"])
+            .is_empty()
+    );
+    // C++'s two `terminate` lines flattened onto one.
+    assert_eq!(
+        found(&["terminate called after throwing an instance of 'std::bad_alloc'  what():  std::bad_alloc"]),
+        [("host_oom_kill", "c++", 1)]
+    );
+}

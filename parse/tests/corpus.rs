@@ -192,7 +192,9 @@ fn hard_wrapped(text: &str, width: usize) -> String {
 #[test]
 fn hard_wrapped_records_keep_their_numbers_and_phase() {
     const WIDTH: usize = 100;
-    const MOST_CHANGED: usize = 84;
+    // (85 since ollama's journal with a trailer line whose path the cut split, `…/github.com/ol` /
+    // `lama/ollama/llm/llama.cpp/…`: the framework it names is read from the first piece only.)
+    const MOST_CHANGED: usize = 85;
     let records = oomlens_corpus::load().expect("corpus");
     let what = |e: &ParsedOom| (e.fields.clone(), e.phase.as_ref().map(|p| p.phase));
     let mut changed = Vec::new();
