@@ -586,6 +586,18 @@ impl DevClickHouse {
         }
         self.spawn_and_wait()
     }
+
+    /// Starts a replica again that was killed between writing a part and registering it in
+    /// ZooKeeper, as an operator does: with the `force_restore_data` flag, the server moves the
+    /// parts ZooKeeper does not know to `detached/` instead of refusing to start. (It refuses when
+    /// such parts hold more than half of a table's rows — with a test's few rows, one part.)
+    pub fn restart_restoring(&mut self) -> Result<(), DevChError> {
+        let flags = self.dir().join("data").join("flags");
+        std::fs::create_dir_all(&flags).map_err(io("creating the flags directory"))?;
+        std::fs::write(flags.join("force_restore_data"), b"")
+            .map_err(io("writing the force_restore_data flag"))?;
+        self.restart()
+    }
 }
 
 impl Drop for DevClickHouse {

@@ -436,6 +436,8 @@ const NOT_DEVICE_FAILURE: &[&str] = &[
     // Kill process 2700 (DeviceMemory) score 1 or sacrifice child`): host memory.
     "outofmemory:killprocess",
     "outofmemory:killedprocess",
+    // Slurm's report of a task its cgroup killed names the node, which may be called `gpu001`.
+    "srun:error:",
 ];
 
 /// A memory failure's words together with a device's on one line (`failed to allocate 2.1 GiB on

@@ -1717,16 +1717,23 @@ impl LogParser {
         }
         let Some(i) = open else {
             // A paste that starts inside a traceback (its header cut off; its first frame line
-            // perhaps cut by a terminal's wrap too).
+            // perhaps cut by a terminal's wrap too), or at DataParallel's wrapper (the outer
+            // traceback cut off): the wrapper names the traceback its replica's message ends.
+            let wrapper = frameworks::replica_wrapper(c);
             if frames::frame_of(body).is_some()
                 || body.trim_start().starts_with("File \"")
                 || frames::boxed_frame(body)
+                || wrapper
             {
                 if self.tracebacks.len() >= MAX_PENDING {
                     let tb = self.tracebacks.remove(0);
                     self.close_named(tb, out);
                 }
-                self.tracebacks.push(Traceback::new(self.line, origin, raw));
+                let mut tb = Traceback::new(self.line, origin, raw);
+                if wrapper {
+                    tb.named = Some(Family::Torch);
+                }
+                self.tracebacks.push(tb);
             }
             return;
         };

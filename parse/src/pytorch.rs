@@ -106,6 +106,10 @@ pub fn extract(t: &str, f: &mut Fields) {
     if let Some(p) = after(t, "mpsbackendoutofmemory(", 0) {
         extract_mps(t, p, f);
     }
+    if let Some(p) = after(t, "npumemoryisinsufficient.attemptingtoallocate", 0) {
+        extract_npu_words(t, p, f);
+        return;
+    }
     let from = anchor.unwrap_or(0);
     if let Some(p) = clause_1x(t, from) {
         extract_1x(t, p, f);
@@ -133,6 +137,31 @@ fn extract_async(t: &str, p: usize, f: &mut Fields) {
             };
             field.get_or_insert(v);
         }
+    }
+}
+
+/// torch_npu's message in other words: `NPU memory is insufficient. Attempting to allocate 386.00
+/// MiB (NPU 1; total capacity 29.49 GiB; allocated 28.90 GiB; currently active 28.90 GiB; free
+/// 171.96 MiB; PyTorch has reserved a total of 28.95 GiB).` — each figure after its words.
+fn extract_npu_words(t: &str, p: usize, f: &mut Fields) {
+    if let Some((v, _)) = size_at(t, p, false) {
+        f.requested.get_or_insert(v);
+    }
+    if let Some((g, _)) = after(t, "(npu", p).and_then(|q| u32_at(t, q)) {
+        f.gpu.get_or_insert(g);
+    }
+    let read = |key: &str| after(t, key, p).and_then(|q| size_at(t, q, false)).map(|(v, _)| v);
+    if let Some(v) = read(";totalcapacity") {
+        f.capacity.get_or_insert(v);
+    }
+    if let Some(v) = read(";allocated") {
+        f.allocated.get_or_insert(v);
+    }
+    if let Some(v) = read(";free") {
+        f.free.get_or_insert(v);
+    }
+    if let Some(v) = read("pytorchhasreservedatotalof") {
+        f.reserved.get_or_insert(v);
     }
 }
 

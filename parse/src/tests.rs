@@ -1047,6 +1047,13 @@ fn data_parallel_replica_failure() {
     let cut = parse_all(lines[..5].to_vec());
     assert_eq!(cut.len(), 1);
     assert_eq!((cut[0].kind.as_str(), cut[0].framework), ("cuda_oom", "pytorch"));
+    // A paste that begins at the wrapper (the outer traceback cut off): the same, with or without
+    // the replica's message.
+    let headless = parse_all(lines[3..].to_vec());
+    assert_eq!(headless.len(), 1, "{headless:?}");
+    assert_eq!((headless[0].line, headless[0].fields.requested.is_some()), (1, true));
+    let alone = parse_all(lines[3..5].to_vec());
+    assert_eq!(kinds(&alone), [("cuda_oom", "pytorch", 1)]);
 }
 
 /// Several reports of one host-memory death (the shell's `Killed`, the scheduler's lines after
@@ -1508,6 +1515,52 @@ fn formats_of_the_round_after_version_19() {
     for (lines, want) in cases {
         assert_eq!(found(lines), [want], "{lines:?}");
     }
+    let more: [Case; 13] = [
+        (&["RuntimeError: memory error in alloc"], ("cuda_oom", "nnabla", 1)),
+        (&["  temporary_buffer::allocate: get_temporary_buffer failed"], ("cuda_oom", "cuda", 1)),
+        (
+            &["MemoryError: std::bad_alloc: temporary_buffer::allocate: get_temporary_buffer failed"],
+            ("cuda_oom", "cuda", 1),
+        ),
+        (&["mujoco.FatalError: Could not allocate memory"], ("host_oom_kill", "mujoco", 1)),
+        (
+            &["OSError: (External) XPU API return wrong value[-705], no enough memory"],
+            ("cuda_oom", "kunlun", 1),
+        ),
+        (&["ioctl() fail, (705) Device memory not enough"], ("cuda_oom", "kunlun", 1)),
+        (
+            &["ExternalError: XPU conv kernel return wrong value[3 xpu api no enough workspace]"],
+            ("cuda_oom", "kunlun", 1),
+        ),
+        (
+            &[
+                "[2025-11-25 17:23:11,888] [249] [281471718846752] [llm] [ERROR] [logging.py-348] : Warmup failed, because of multimodal model inference out of memory when `maxInputTokenLen` set to 8192. Please try to decrease `maxPrefillTokens` in config.json of mindie-service.",
+            ],
+            ("cuda_oom", "mindie", 1),
+        ),
+        (
+            &["2020-03-18:02:42:10,608 ERROR    [client.py:71] out of memory: CPU2GPU:1"],
+            ("cuda_oom", "milvus", 1),
+        ),
+        (&["error: 'hipErrorMemoryAllocation'(1002) at src/caffe/syncedmem.cpp:56"], ("cuda_oom", "hip", 1)),
+        (&["State: OUT_OF_MEMORY (exit code 0)"], ("host_oom_kill", "slurm", 1)),
+        (
+            &["[JOBID].0    python3.12               default          1 OUT_OF_ME+    0:125"],
+            ("host_oom_kill", "slurm", 1),
+        ),
+        (&["srun: error: gpu001: task 0: Out Of Memory"], ("host_oom_kill", "slurm", 1)),
+    ];
+    for (lines, want) in more {
+        assert_eq!(found(lines), [want], "{lines:?}");
+    }
+    // torch_npu's message in other words, with its figures.
+    let npu = parse_all([
+        "RuntimeError: NPU memory is insufficient. Attempting to allocate 386.00 MiB (NPU 1; total capacity 29.49 GiB; allocated 28.90 GiB; currently active 28.90 GiB; free 171.96 MiB; PyTorch has reserved a total of 28.95 GiB). If the reserved memory is significantly larger than the allocated memory, try setting max_split_size_mb to avoid memory fragmentation.",
+    ]);
+    assert_eq!(kinds(&npu), [("cuda_oom", "pytorch", 1)]);
+    let f = &npu[0].fields;
+    assert_eq!((f.gpu, f.requested.is_some(), f.capacity.is_some()), (Some(1), true, true));
+    assert!(f.allocated.is_some() && f.free.is_some() && f.reserved.is_some(), "{f:?}");
     // TensorFlow's account of the device after cuDNN could not start: a full device is a memory
     // failure with its figures; a device with room is not.
     let full = parse_all([
