@@ -570,10 +570,8 @@ impl Traceback {
 }
 
 /// Words of a failure that a terminal's hard wrap may cut in two.
-const WRAPPED_WORDS: [&str; 14] = [
+const WRAPPED_WORDS: [&str; 13] = [
     "outofmemory",
-    // A device's memory named across the cut (`… would fit in free GPU` / ` memory`).
-    "gpumemory",
     "triedtoallocate",
     "failedtoallocate",
     "oomwhenallocating",
@@ -589,6 +587,11 @@ const WRAPPED_WORDS: [&str; 14] = [
     "killed",
     "signal",
 ];
+
+/// A device's memory named across a cut between the two words (`… would fit in free GPU` / `
+/// memory`): only this whole split, not every cut inside `gpumemory` as [`WRAPPED_WORDS`] are
+/// asked — a long line ending in `g` (any `…ing`) would be held for the next one.
+const DEVICE_MEMORY_CUT: (&str, &str) = ("gpu", "memory");
 
 /// Words of a line that begins to report a failure.
 const FAILURE_WORDS: [&str; 12] = [
@@ -651,7 +654,8 @@ fn may_wrap_failure(raw: &str, c: &str) -> bool {
     raw.len() >= MIN_WRAP_WIDTH
         && raw.trim_end().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
         && (FAILURE_WORDS.iter().any(|w| c.contains(w))
-            || WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| c.ends_with(&w[..k]))))
+            || WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| c.ends_with(&w[..k])))
+            || c.ends_with(DEVICE_MEMORY_CUT.0))
 }
 
 /// True when a long line (compact `head`, see [`may_wrap_failure`]) and the next (`next`) may be
@@ -668,6 +672,7 @@ fn wrapped_failure(head: &str, next: &str) -> bool {
 /// (`… torch.OutOfMemor` / `yError: CUDA out of memory. …`).
 fn words_cut(head: &str, next: &str) -> bool {
     WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| head.ends_with(&w[..k]) && next.starts_with(&w[k..])))
+        || (head.ends_with(DEVICE_MEMORY_CUT.0) && next.starts_with(DEVICE_MEMORY_CUT.1))
 }
 
 /// True when `body` is a source file's location alone: one word with a path separator, ending in
