@@ -466,11 +466,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     {
         return sym(Allocation, "c++", None);
     }
-    // (Not Thrust's device buffer raised through Python: `MemoryError: std::bad_alloc:
-    // temporary_buffer::allocate: get_temporary_buffer failed`, `frameworks.rs`.)
-    if (l == "memoryerror" || l.starts_with("memoryerror:") || l.ends_with(" memoryerror"))
-        && !l.contains("get_temporary_buffer")
-    {
+    if l == "memoryerror" || l.starts_with("memoryerror:") || l.ends_with(" memoryerror") {
         return sym(Allocation, "python", None);
     }
     // Killed by SIGKILL.

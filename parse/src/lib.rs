@@ -1724,12 +1724,11 @@ impl LogParser {
             // A paste that starts inside a traceback (its header cut off; its first frame line
             // perhaps cut by a terminal's wrap too), or at DataParallel's wrapper (the outer
             // traceback cut off): the wrapper names the traceback its replica's message ends.
-            let wrapper = frameworks::replica_wrapper(c);
-            if frames::frame_of(body).is_some()
+            let frame = frames::frame_of(body).is_some()
                 || body.trim_start().starts_with("File \"")
-                || frames::boxed_frame(body)
-                || wrapper
-            {
+                || frames::boxed_frame(body);
+            let wrapper = !frame && frameworks::replica_wrapper(c);
+            if frame || wrapper {
                 if self.tracebacks.len() >= MAX_PENDING {
                     let tb = self.tracebacks.remove(0);
                     self.close_named(tb, out);
