@@ -13,6 +13,20 @@
 #    fragmented one: free blocks adding up to the request, none large enough).
 # 3. The real exception texts through `oomlens-agent parse` and `oomlens explain --json` (the
 #    message-only attribution a person gets by pasting them).
+# 4. Every scenario as a real job (deploy/gpu-check/scenarios.py: a model too large to load, Adam's
+#    state that does not fit, a batch too large (a CNN, a GPT), a context too long, a tenant
+#    holding the GPU, a neighbour growing into it, a fragmented cache, a DataLoader worker killed
+#    in a memory cgroup), once plain and once under the hook, while `oomlens-agent run --source
+#    nvml` follows their logs, the kernel log and the hook socket. No collector is reachable
+#    there: every batch stays in the agent's disk spool, which is packed into
+#    OUT_DIR/scenarios.tar.gz with the logs and scenarios.tsv (log file, the cause by
+#    construction, exit status). Unpacked into collector/tests/fixtures/h200 it is what `cargo
+#    test -p oomlens-collector --test gpu_replay` replays into ClickHouse and scores (that
+#    directory's README). The agent needs certificates to start, though nothing listens (the
+#    replay mints its own): $OOMLENS_GPU_CERTS with ca.pem and agent-gpu-check.pem/.key, from
+#    `oomlens-collector certs --out DIR --node gpu-check --cluster gpu-check --collector-name
+#    localhost`; the step is skipped without them. OOMLENS_SCENARIOS picks a subset; no job starts
+#    after OOMLENS_DEADLINE_S seconds of the whole script (default 900).
 #
 # Binaries: $OOMLENS_BIN_DIR (default target/release, then target/debug): oomlens-agent and oomlens,
 # built on a machine with the Rust toolchain (`cargo build --release -p oomlens-agent -p
@@ -115,8 +129,119 @@ for text in "$out"/torch-oom-*.txt; do
   grep -q cuda_oom "$out/$name.parse.txt"
   check "$name: oomlens-agent parse finds the cuda_oom" $?
   "$cli" explain --json "$text" >"$out/$name.explain.json" 2>&1
-  check "$name: oomlens explain ($(head -c 300 "$out/$name.explain.json" | grep -o '"scenario":"[a-z_]*"' | head -1))" $?
+  check "$name: oomlens explain ($(grep -o '"scenario":"[a-z_]*"' "$out/$name.explain.json" | head -1))" $?
 done
+
+# 4. Every scenario as a real job, under the agent with NVML.
+certs=${OOMLENS_GPU_CERTS:-}
+if [ -z "$certs" ] || [ ! -r "$certs/agent-gpu-check.pem" ]; then
+  say "skip  scenarios under the agent: no agent certificates in \$OOMLENS_GPU_CERTS"
+else
+  work=$(mktemp -d /tmp/oomlens-scenarios.XXXXXX)
+  mkdir -p "$work/logs" "$work/spool"
+  cat >"$work/agent.toml" <<EOF
+[agent]
+node = "gpu-check"
+cluster = "gpu-check"
+[source]
+kind = "nvml"
+[uplink]
+# Nothing listens here: every batch waits in the disk spool for the replay.
+collectors = ["127.0.0.1:4433"]
+server_name = "localhost"
+ca = "$certs/ca.pem"
+cert = "$certs/agent-gpu-check.pem"
+key = "$certs/agent-gpu-check.key"
+drain_timeout_ms = 1000
+[spool]
+dir = "$work/spool"
+fsync = "always"
+[logs]
+paths = ["$work/logs/*.log"]
+state_file = "$work/log-offsets.json"
+[hook]
+path = "$work/hook.sock"
+[telemetry]
+listen = "127.0.0.1:9109"
+EOF
+  OOMLENS_LOG=info "$agent" run --config "$work/agent.toml" >"$out/agent.log" 2>&1 &
+  runner=$!
+  for _ in $(seq 100); do [ -S "$work/hook.sock" ] && break; sleep 0.1; done
+  [ -S "$work/hook.sock" ]
+  check "oomlens-agent run --source nvml started (agent.log)" $?
+  manifest="$work/scenarios.tsv"
+  printf 'log\tscenario\tvariant\texit\tstart_ms\tend_ms\n' >"$manifest"
+  job() { # job VARIANT NAME SCENARIO [command prefix...]
+    local variant=$1 name=$2 truth=$3; shift 3
+    local log="$work/logs/$variant-$name.log" flag=""
+    [ "$variant" = hook ] && flag=--hook
+    local t0; t0=$(date +%s%3N)
+    PYTHONUNBUFFERED=1 OOMLENS_HOOK_SOCKET="$work/hook.sock" timeout 100 "$@" "$python" \
+      "$root/deploy/gpu-check/scenarios.py" "$name" $flag >>"$log" 2>&1
+    local rc=$?
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$log")" "$truth" "$variant" "$rc" "$t0" "$(date +%s%3N)" >>"$manifest"
+    [ "$rc" -eq 1 ]
+    check "$variant $name: the job failed ($rc: $(grep -m1 -o '[A-Za-z.]*\(OutOfMemoryError\|RuntimeError\).\{0,90\}' "$log" | head -1))" $?
+    sleep 3 # the GPU's memory goes back before the next job
+  }
+  memory_cgroup() { # memory_cgroup VARIANT: a fresh cgroup v2 of 6 GiB (its path on stdout)
+    local cg=/sys/fs/cgroup/oomlens-gpu-check-$$-$1
+    echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+    mkdir -p "$cg" && echo 6G >"$cg/memory.max" && { echo 0 >"$cg/memory.swap.max" 2>/dev/null || true; } && echo "$cg"
+  }
+  wanted=${OOMLENS_SCENARIOS:-static_load static_optimizer batch batch_lm sequence contention contention_growth fragmentation host_oom}
+  for variant in plain hook; do
+    for name in $wanted; do
+      if [ "$SECONDS" -gt "${OOMLENS_DEADLINE_S:-900}" ]; then
+        say "skip  $variant $name: past the deadline (OOMLENS_DEADLINE_S=${OOMLENS_DEADLINE_S:-900} s)"
+        continue
+      fi
+      case $name in
+        static_load|static_optimizer) job "$variant" "$name" static ;;
+        batch_lm) job "$variant" "$name" batch ;;
+        contention_growth)
+          log="$work/logs/$variant-tenant-growing.log"
+          PYTHONUNBUFFERED=1 OOMLENS_TENANT_FRACTION=0.75 OOMLENS_TENANT_DELAY_S=3 \
+            "$python" "$root/deploy/gpu-check/scenarios.py" tenant >"$log" 2>&1 &
+          tenant=$!
+          export OOMLENS_RESIZE_AFTER_S=14 # the tenant has grown by then
+          job "$variant" contention_growth contention
+          unset OOMLENS_RESIZE_AFTER_S
+          kill -TERM "$tenant" 2>/dev/null; wait "$tenant" 2>/dev/null
+          sleep 2 ;;
+        contention)
+          log="$work/logs/$variant-tenant.log"
+          PYTHONUNBUFFERED=1 OOMLENS_TENANT_FRACTION=0.75 "$python" "$root/deploy/gpu-check/scenarios.py" tenant >"$log" 2>&1 &
+          tenant=$!
+          for _ in $(seq 600); do grep -q 'tenant: holding' "$log" 2>/dev/null && break; sleep 0.1; done
+          job "$variant" contention contention
+          kill -TERM "$tenant" 2>/dev/null; wait "$tenant" 2>/dev/null
+          sleep 2 ;;
+        host_oom)
+          if cg=$(memory_cgroup "$variant"); then
+            # The job (and the DataLoader worker it forks) runs inside the cgroup.
+            job "$variant" host_oom host_oom sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg"
+          else
+            say "skip  $variant host_oom: no cgroup v2 memory controller"
+          fi ;;
+        *) job "$variant" "$name" "$name" ;;
+      esac
+    done
+  done
+  sleep 12 # the agent's merge window (detect.merge_grace_ms, 10 s) closes on the last events
+  curl -s http://127.0.0.1:9109/metrics >"$work/agent-metrics.txt" 2>/dev/null || true
+  kill -TERM "$runner" 2>/dev/null
+  wait "$runner" # exits 1: nothing acknowledged the batches, which stay in the spool
+  grep -q 'agent stopped' "$out/agent.log"
+  check "oomlens-agent stopped, its batches in the spool ($(du -sh "$work/spool" | cut -f1))" $?
+  grep -h 'oomlens_agent_events\|oomlens_agent_spool' "$work/agent-metrics.txt" 2>/dev/null | grep -v '^#' | head -20 >>"$summary"
+  cp "$out/agent.log" "$work/agent.log"
+  nvidia-smi -q >"$work/nvidia-smi.txt" 2>&1
+  dmesg 2>/dev/null | tail -n 300 >"$work/dmesg.txt" # the kernel's own OOM-killer lines, if any
+  "$python" -c 'import torch; print(torch.__version__, torch.version.cuda)' >"$work/versions.txt" 2>&1
+  tar -C "$work" -czf "$out/scenarios.tar.gz" logs spool scenarios.tsv agent.toml agent.log agent-metrics.txt nvidia-smi.txt dmesg.txt versions.txt
+  check "scenarios.tar.gz: $(du -h "$out/scenarios.tar.gz" | cut -f1) (logs, spool, scenarios.tsv)" $?
+fi
 
 say "== $([ "$failed" -eq 0 ] && echo passed || echo FAILED); files in $out"
 exit "$failed"

@@ -30,6 +30,13 @@
 //!   pid is no longer pid-less). A pid naming the same process always wins over this pairing. A
 //!   pid-less report **without** a GPU index is never paired: on a multi-GPU node nothing ties
 //!   it to one vanished process, and a wrong pid is worse than a second row; it goes out at once.
+//! * **pid-less report + another source's report of the pid** — a job under the hook reports
+//!   its failure with its pid (and the suspected OOM of that pid folds into the report) while its
+//!   log prints the same failure without one. A pid-less log / hook `cuda_oom` pairs with a held
+//!   `cuda_oom` of the other source that names a pid, on the same GPU (either numbering, as
+//!   above), within the grace window, in either arrival order — only when both print the request
+//!   and agree on it within 1 % and that report has not merged a report of this source already.
+//!   Rule and precedence as for **same kind, two sources**; label `merged.from=<other source>`.
 //!   Caveat: the GPU index in a message is the process's CUDA ordinal, which equals the NVML
 //!   index only when `CUDA_VISIBLE_DEVICES` does not renumber the GPUs (in a container that sees
 //!   one GPU, the message says `GPU 0` whatever the NVML index) — then the two rows stay apart.
@@ -169,7 +176,7 @@ impl EventMerger {
             return;
         }
         let by_pid = self.held.iter().enumerate().find_map(|(i, h)| Some((i, rule(h, &event)?)));
-        if let Some((i, rule)) = by_pid.or_else(|| self.pair_by_gpu(&event).map(|i| (i, Rule::Suspected))) {
+        if let Some((i, rule)) = by_pid.or_else(|| self.pair_by_gpu(&event)) {
             let held = &mut self.held[i];
             held.keys.extend(keys);
             if held.ids.len() < MAX_FOLDED_IDS && !held.ids.contains(&event.event_id) {
@@ -198,25 +205,33 @@ impl EventMerger {
         self.held.push_back(Held { event, deadline, keys, ids });
     }
 
-    /// The held event a pid-less report and a suspected OOM of the same GPU pair with (see the
-    /// module docs): the nearest in time within the grace window, the older on a tie.
-    fn pair_by_gpu(&self, new: &OomEvent) -> Option<usize> {
-        let gpu = new.gpu_index?;
-        let fits: fn(&OomEvent) -> bool = if new.kind == OomKind::SuspectedOom && new.pid.is_some() {
-            |h| pidless_report(h) && !has_merged(h, OomKind::SuspectedOom.as_str())
-        } else if pidless_report(new) {
-            |h| h.kind == OomKind::SuspectedOom && h.pid.is_some()
-        } else {
-            return None;
+    /// The held event a pid-less report pairs with on the same GPU (see the module docs): a
+    /// suspected OOM, or another source's report of the same failure that knows the pid; the
+    /// nearest in time within the grace window, the older on a tie.
+    fn pair_by_gpu(&self, new: &OomEvent) -> Option<(usize, Rule)> {
+        new.gpu_index?;
+        let pair = |h: &OomEvent| -> Option<Rule> {
+            if new.kind == OomKind::SuspectedOom && new.pid.is_some() {
+                (pidless_report(h) && !has_merged(h, OomKind::SuspectedOom.as_str()))
+                    .then_some(Rule::Suspected)
+            } else if pidless_report(new) {
+                if h.kind == OomKind::SuspectedOom && h.pid.is_some() {
+                    Some(Rule::Suspected)
+                } else {
+                    same_report_other_source(h, new).then_some(Rule::CrossSource)
+                }
+            } else {
+                (pidless_report(h) && same_report_other_source(new, h)).then_some(Rule::CrossSource)
+            }
         };
         self.held
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.event.gpu_index == Some(gpu) && fits(&h.event))
-            .map(|(i, h)| (h.event.ts_ms.abs_diff(new.ts_ms), i))
-            .filter(|(dt, _)| *dt <= self.grace_ms.unsigned_abs())
-            .min()
-            .map(|(_, i)| i)
+            .filter(|(_, h)| h.event.gpu_index.is_some() && same_gpu(&h.event, new))
+            .filter_map(|(i, h)| Some((h.event.ts_ms.abs_diff(new.ts_ms), i, pair(&h.event)?)))
+            .filter(|(dt, _, _)| *dt <= self.grace_ms.unsigned_abs())
+            .min_by_key(|(dt, i, _)| (*dt, *i))
+            .map(|(_, i, rule)| (i, rule))
     }
 
     /// Releases the held events whose grace has passed at `now_ms`, oldest first.
@@ -313,8 +328,22 @@ fn same_gpu(a: &OomEvent, b: &OomEvent) -> bool {
     }
 }
 
+/// Whether `pidless` (a pid-less report) and `known` (a report naming the pid) can be one failure
+/// told by two sources: the same kind from another source that has not merged that source's report
+/// yet, both printing the request and agreeing on it within 1 % (without the request, nothing
+/// ties a pid-less line to one process).
+fn same_report_other_source(known: &OomEvent, pidless: &OomEvent) -> bool {
+    known.pid.is_some()
+        && known.kind == pidless.kind
+        && known.source != pidless.source
+        && !has_merged(known, pidless.source.as_str())
+        && matches!((known.requested_bytes, pidless.requested_bytes),
+            (Some(a), Some(b)) if a.abs_diff(b) <= a.max(b) / 100 + 1024)
+}
+
 /// A log or hook `cuda_oom` without a pid but with a GPU index: it may pair with a suspected OOM
-/// of that GPU ([`EventMerger::pair_by_gpu`]).
+/// of that GPU, or with another source's report of the same failure that names the pid
+/// ([`EventMerger::pair_by_gpu`]).
 fn pidless_report(e: &OomEvent) -> bool {
     e.pid.is_none()
         && e.gpu_index.is_some()
@@ -896,6 +925,48 @@ pub(crate) mod tests {
         assert_eq!(out.len(), 2);
         assert_eq!(out.iter().filter(|e| e.pid == Some(7)).count(), 1);
         assert_eq!(out.iter().filter(|e| e.pid.is_none()).count(), 1);
+    }
+
+    #[test]
+    fn a_hooked_jobs_report_and_its_pidless_log_line_are_one_event_in_either_order() {
+        // As seen on a real GPU: the hook reports first (with the pid), NVML's vanished process
+        // folds into that report, and the job's log prints the same failure without a pid.
+        let merged = |order: &[OomEvent]| {
+            let mut m = EventMerger::new(10_000);
+            let mut out = Vec::new();
+            for e in order {
+                out.extend(m.push(e.clone(), e.ts_ms));
+            }
+            out.extend(m.drain());
+            (out, m.stats())
+        };
+        let (h, s, l) = (hook(7), suspected(7, 0), pidless(Some(0), 4000));
+        for order in [vec![h.clone(), s.clone(), l.clone()], vec![l.clone(), h.clone(), s.clone()]] {
+            let (out, stats) = merged(&order);
+            assert_eq!(out.len(), 1, "{out:?}");
+            let e = &out[0];
+            assert_eq!(
+                (e.source, e.pid, e.phase),
+                (EventSource::Hook, Some(7), Phase::Backward),
+                "the hook's fields"
+            );
+            assert!(e.raw_message.starts_with("torch.OutOfMemoryError"), "the log's message");
+            let from = label(e, MERGED_LABEL).unwrap();
+            assert!(from.contains("suspected_oom") && from.contains("log"), "{from}");
+            assert_eq!((stats.suspected, stats.cross_source), (1, 1));
+        }
+        // The request differs, or the line prints none: nothing ties the line to the pid.
+        let other = OomEvent { requested_bytes: Some(4 * GIB), ..l.clone() };
+        assert_eq!(merged(&[h.clone(), s.clone(), other]).0.len(), 2);
+        let bare = OomEvent { requested_bytes: None, ..l.clone() };
+        assert_eq!(merged(&[h.clone(), s.clone(), bare]).0.len(), 2);
+        // Another GPU, or outside the grace window: apart.
+        assert_eq!(merged(&[h.clone(), pidless(Some(1), 4000)]).0.len(), 2);
+        assert_eq!(merged(&[h.clone(), pidless(Some(0), 20_000)]).0.len(), 2);
+        // Two pid-less lines of the same failure size (two ranks printing one message): one pairs.
+        let (out, _) = merged(&[h.clone(), l.clone(), OomEvent { event_id: 9, ..l.clone() }]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.iter().filter(|e| e.pid == Some(7)).count(), 1);
     }
 
     #[test]

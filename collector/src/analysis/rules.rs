@@ -434,6 +434,8 @@ struct Facts {
     fits_with_cache: bool,
     /// The cache held a large share of the GPU, enough with the free memory for the request.
     fragmented: bool,
+    /// The allocator's cached-but-free memory is a large share of the GPU (`CACHED_SHARE`).
+    cache_large: bool,
     /// The request is a large share of the GPU.
     huge_request: bool,
     /// The device reported enough free memory for the request.
@@ -475,9 +477,11 @@ fn facts(f: &OomFeatures) -> Facts {
         (Some(n), Some(c)) => n <= c,
         _ => false,
     };
+    let cache_large = matches!((f.cached_free_bytes.or(f.alloc_cached_free_bytes), cap),
+        (Some(u), Some(c)) if u >= c / 100 * CACHED_SHARE);
     let fragmented = match (f.cached_free_bytes, cap, f.requested_bytes) {
-        (Some(u), Some(c), Some(q)) => {
-            u >= c / 100 * CACHED_SHARE
+        (Some(u), Some(_), Some(q)) => {
+            cache_large
                 && u.saturating_add(f.free_bytes.unwrap_or(0)) >= q
                 && (!message_only(f)
                     || f.allocated_bytes.is_none_or(|a| {
@@ -509,6 +513,7 @@ fn facts(f: &OomFeatures) -> Facts {
         others_hold,
         fits_with_cache,
         fragmented,
+        cache_large,
         huge_request,
         free_covers,
         refused_while_free: free_covers && numbers && !too_big_alone,
@@ -544,7 +549,11 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         "batch_search_exhausted" => return Rule::BatchSearchExhausted,
         _ => {}
     }
-    if x.snapshot_fragmented == Some(true) {
+    // Free blocks too small for the request are fragmentation when the cache is worth having
+    // back; a routine slack of pieces beside a neighbour holding a cause-sized share is not why
+    // the process failed: with the neighbour gone it would have fitted (seen on a real GPU: 754
+    // MiB cached in pieces, a neighbour holding three quarters of the card).
+    if x.snapshot_fragmented == Some(true) && !(x.others_hold && x.fits_with_cache && !x.cache_large) {
         return Rule::SnapshotFragmented;
     }
     // Other processes held what it needed: it would have fitted alone, even with its own cache.
@@ -557,7 +566,11 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
     if hint == "context_creation" && !x.numbers {
         return Rule::ContextCreation;
     }
-    if at_load(f) || step_without_shape(f) {
+    // A start-up inferred from the samples (the process appeared in the window and grew to its
+    // peak) is only a guess at the phase: a job that fails in its first seconds looks the same. A
+    // cache holding a large share of the GPU is not how loading fails (weights are never freed),
+    // so it outranks the guess, not a phase the traceback or the job reported.
+    if (at_load(f) && !(x.fragmented && f.phase_source == "inferred")) || step_without_shape(f) {
         return Rule::StaticAtLoad;
     }
     if x.weights_hold && (x.too_big_alone || !x.free_covers) {
@@ -1328,6 +1341,24 @@ mod tests {
         };
         assert_eq!(rule(tenant.clone()), Rule::NeighboursTookIt);
         assert_eq!(attribute(&feat(tenant.clone())).confidence_pct, 55);
+        // The job's allocator summary shows its 200 MiB of slack in pieces too small for a 150 MiB
+        // request: still the neighbour's 48 GiB, not fragmentation; a cache worth having back
+        // (12 GiB in pieces) is fragmentation even beside a neighbour.
+        let pieces = EventEvidence {
+            requested_bytes: Some(150 * MIB),
+            alloc_cached_free_bytes: Some(200 * MIB),
+            alloc_largest_free_bytes: Some(100 * MIB),
+            ..tenant.clone()
+        };
+        assert_eq!(rule(pieces.clone()), Rule::NeighboursTookIt);
+        let big_cache = EventEvidence {
+            reserved_bytes: Some(42 * GIB),
+            process_used_bytes: Some(43 * GIB),
+            other_used_bytes: vec![36 * GIB],
+            alloc_cached_free_bytes: Some(12 * GIB),
+            ..pieces
+        };
+        assert_eq!(rule(big_cache), Rule::SnapshotFragmented);
         let implied = EventEvidence { other_pids: vec![], other_used_bytes: vec![], ..tenant.clone() };
         assert_eq!(feat(implied.clone()).others_from, "implied");
         assert_eq!(rule(implied), Rule::NeighboursTookIt);
@@ -1404,6 +1435,25 @@ mod tests {
         // The phase decides: loading → static; generation → the input's length.
         let load = EventEvidence { phase: "load".into(), phase_label: "traceback".into(), ..msg() };
         assert_eq!(rule(load), Rule::StaticAtLoad);
+        // A start-up only inferred from the samples (the process appeared in the window and grew
+        // to its peak, as any job failing in its first seconds does) does not outrank a cache
+        // holding a large share of the GPU; a start-up with nothing cached stays static.
+        let young = |e: EventEvidence| EventEvidence {
+            own_samples: 30,
+            own_first_ts: e.ts_ms - 3_000,
+            own_first_used: GIB,
+            own_max_used: 79 * GIB,
+            own_last_used: 79 * GIB,
+            ..e
+        };
+        let frag_young = young(EventEvidence { ts_ms: 100_000, ..frag.clone() });
+        assert_eq!(feat(frag_young.clone()).phase_effective, "startup");
+        assert_eq!(rule(frag_young), Rule::FragmentedCache);
+        let full_young = young(EventEvidence { ts_ms: 100_000, ..msg() });
+        assert_eq!(rule(full_young), Rule::StaticAtLoad);
+        let frag_load =
+            EventEvidence { phase: "load".into(), phase_label: "traceback".into(), ..frag.clone() };
+        assert_eq!(rule(frag_load), Rule::StaticAtLoad);
         let gen_phase = EventEvidence { phase: "inference".into(), phase_label: "traceback".into(), ..msg() };
         assert_eq!(rule(gen_phase), Rule::InferenceTooBig);
         // Inside the optimizer's step, from the frames alone: the static state; a reported phase
