@@ -37,6 +37,13 @@
 //!   above), within the grace window, in either arrival order — only when both print the request
 //!   and agree on it within 1 % and that report has not merged a report of this source already.
 //!   Rule and precedence as for **same kind, two sources**; label `merged.from=<other source>`.
+//! * **pid-less report + process exit** — a refused request that was large leaves the GPU short
+//!   of the suspected threshold, so the process's end is only an *exit* (`detect/vanish.rs`):
+//!   never sent, remembered (at most [`MAX_EXITS`]) for the grace window. A pid-less report pairs
+//!   with the nearest exit from the same GPU within the grace window (either arrival order) when
+//!   its "this process has X in use" agrees with the process's last reading (within 5 % +
+//!   512 MiB); without that figure nothing ties the line to the exit. The report gains the pid
+//!   and the process's labels and readings; label `merged.from=process_exit`.
 //!   Caveat: the GPU index in a message is the process's CUDA ordinal, which equals the NVML
 //!   index only when `CUDA_VISIBLE_DEVICES` does not renumber the GPUs (in a container that sees
 //!   one GPU, the message says `GPU 0` whatever the NVML index) — then the two rows stay apart.
@@ -61,6 +68,10 @@ use serde::{Deserialize, Serialize};
 pub const MERGED_LABEL: &str = "merged.from";
 /// Default cap on held events.
 pub const DEFAULT_MAX_HELD: usize = 1024;
+/// Most process exits remembered for pairing (the oldest are forgotten first).
+pub const MAX_EXITS: usize = 256;
+/// `merged.from` value of a process exit folded into a report.
+pub const EXIT_TAG: &str = "process_exit";
 
 /// What the merger did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,6 +84,8 @@ pub struct MergeStats {
     pub duplicates: u64,
     /// Events released early because the hold cap was reached.
     pub evicted: u64,
+    /// Process exits (below the suspected threshold) folded into a pid-less report.
+    pub exits: u64,
 }
 
 #[derive(Debug)]
@@ -107,6 +120,8 @@ pub struct EventMerger {
     grace_ms: i64,
     max_held: usize,
     held: VecDeque<Held>,
+    /// Recent process exits from GPUs below the suspected threshold, oldest first.
+    exits: VecDeque<OomEvent>,
     now_ms: i64,
     stats: MergeStats,
 }
@@ -125,6 +140,7 @@ impl EventMerger {
             grace_ms,
             max_held: DEFAULT_MAX_HELD,
             held: VecDeque::new(),
+            exits: VecDeque::new(),
             now_ms: i64::MIN,
             stats: MergeStats::default(),
         }
@@ -158,6 +174,47 @@ impl EventMerger {
         let deadline = self.now_ms.saturating_add(self.grace_ms);
         self.hold(event, keys, deadline, &mut out);
         out
+    }
+
+    /// Takes a process's exit from a GPU below the suspected threshold
+    /// ([`super::vanish::Vanished::exits`]): folded into the nearest held pid-less report it
+    /// matches ([`exit_matches`]), else remembered (at most [`MAX_EXITS`], for the grace window)
+    /// for a report that arrives later. Never sent alone. Returns what is ready at `now_ms`.
+    pub fn exit(&mut self, exit: OomEvent, now_ms: i64) -> Vec<Released> {
+        let out = self.poll_keyed(now_ms);
+        let grace = self.grace_ms;
+        let best = self
+            .held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| exit_matches(&exit, &h.event, grace))
+            .map(|(i, h)| (h.event.ts_ms.abs_diff(exit.ts_ms), i))
+            .min();
+        if let Some((_, i)) = best {
+            let held = &mut self.held[i];
+            held.event = merge_tagged(std::mem::take(&mut held.event), exit, EXIT_TAG);
+            self.stats.exits += 1;
+        } else if grace > 0 {
+            if self.exits.len() >= MAX_EXITS {
+                self.exits.pop_front();
+            }
+            self.exits.push_back(exit);
+        }
+        out
+    }
+
+    /// The remembered exit a new pid-less report pairs with, taken out of the memory.
+    fn take_exit(&mut self, report: &OomEvent) -> Option<OomEvent> {
+        let horizon = self.now_ms.saturating_sub(self.grace_ms.saturating_mul(2));
+        self.exits.retain(|e| e.ts_ms >= horizon);
+        let (_, i) = self
+            .exits
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| exit_matches(e, report, self.grace_ms))
+            .map(|(i, e)| (e.ts_ms.abs_diff(report.ts_ms), i))
+            .min()?;
+        self.exits.remove(i)
     }
 
     /// Takes back an event that was held when the agent stopped (from the journal): it is held
@@ -194,6 +251,13 @@ impl EventMerger {
                 }
             }
             return;
+        }
+        let mut event = event;
+        if pidless_report(&event)
+            && let Some(exit) = self.take_exit(&event)
+        {
+            event = merge_tagged(event, exit, EXIT_TAG);
+            self.stats.exits += 1;
         }
         if self.held.len() >= self.max_held
             && let Some(old) = self.held.pop_front()
@@ -369,12 +433,37 @@ fn rank(e: &OomEvent) -> u8 {
     }
 }
 
+/// Whether `exit` (a process gone from a GPU below the suspected threshold) is the process of the
+/// pid-less report `report`: the same GPU, within the grace window, and the report's "this process
+/// has X in use" agreeing with the process's last reading (within 5 % + 512 MiB: the process may
+/// have grown in its failing step after that reading). Without the report's figure nothing ties
+/// the line to the exit; a report that gained a pid already is not pid-less.
+fn exit_matches(exit: &OomEvent, report: &OomEvent, grace_ms: i64) -> bool {
+    const SLACK: u64 = 512 << 20;
+    pidless_report(report)
+        && !has_merged(report, OomKind::SuspectedOom.as_str())
+        && exit.gpu_index.is_some()
+        && exit.gpu_index == report.gpu_index
+        && exit.ts_ms.abs_diff(report.ts_ms) <= grace_ms.unsigned_abs()
+        && matches!((exit.process_used_bytes, report.process_used_bytes),
+            (Some(a), Some(b)) if a.abs_diff(b) <= a.max(b) / 20 + SLACK)
+}
+
 /// Folds two events of one failure into one: the higher-ranked one, with the other's fields
 /// filling what it lacks.
 fn merge(a: OomEvent, b: OomEvent) -> OomEvent {
+    let lower = if rank(&b) > rank(&a) { &a } else { &b };
+    let tag = if lower.kind == OomKind::SuspectedOom {
+        OomKind::SuspectedOom.as_str()
+    } else {
+        lower.source.as_str()
+    };
+    merge_tagged(a, b, tag)
+}
+
+/// [`merge`], naming the folded event `tag` in `merged.from`.
+fn merge_tagged(a: OomEvent, b: OomEvent, tag: &str) -> OomEvent {
     let (mut p, s) = if rank(&b) > rank(&a) { (b, a) } else { (a, b) };
-    let tag =
-        if s.kind == OomKind::SuspectedOom { OomKind::SuspectedOom.as_str() } else { s.source.as_str() };
     fill(&mut p.gpu_index, s.gpu_index);
     fill(&mut p.pid, s.pid);
     fill(&mut p.requested_bytes, s.requested_bytes);
@@ -967,6 +1056,62 @@ pub(crate) mod tests {
         let (out, _) = merged(&[h.clone(), l.clone(), OomEvent { event_id: 9, ..l.clone() }]);
         assert_eq!(out.len(), 2);
         assert_eq!(out.iter().filter(|e| e.pid == Some(7)).count(), 1);
+    }
+
+    #[test]
+    fn a_process_exit_below_the_threshold_gives_its_pid_to_the_matching_pidless_line() {
+        // As seen on a real GPU: a 15.6 GiB request refused with the GPU 93.7 % used; the job's
+        // line says "this process has 131.01 GiB"; NVML's last reading of the pid said 131.00.
+        let line =
+            OomEvent { process_used_bytes: Some(131 * GIB + 10 * (1 << 20)), ..pidless(Some(0), 4000) };
+        let exit = OomEvent { ts_ms: 3000, process_used_bytes: Some(131 * GIB), ..suspected(942, 0) };
+        let run = |exit_first: bool, line: OomEvent, exit: OomEvent| {
+            let mut m = EventMerger::new(10_000);
+            let mut out = Vec::new();
+            if exit_first {
+                out.extend(events(m.exit(exit, 3000)));
+                out.extend(m.push(line, 4000));
+            } else {
+                out.extend(m.push(line, 4000));
+                out.extend(events(m.exit(exit, 4500)));
+            }
+            out.extend(m.drain());
+            (out, m.stats().exits)
+        };
+        for exit_first in [true, false] {
+            let (out, exits) = run(exit_first, line.clone(), exit.clone());
+            assert_eq!(out.len(), 1, "the exit is never an event of its own: {out:?}");
+            let e = &out[0];
+            assert_eq!((e.kind, e.source, e.pid), (OomKind::CudaOom, EventSource::Log, Some(942)));
+            assert_eq!(label(e, MERGED_LABEL), Some(EXIT_TAG));
+            assert_eq!(label(e, "k8s.pod"), Some("trainer-0"), "the process's workload labels");
+            assert_eq!(e.process_used_bytes, line.process_used_bytes, "the message's figure stays");
+            assert_eq!(exits, 1);
+        }
+        // Nothing ties them: another figure, no figure, another GPU, too far apart in time.
+        let apart = |line: OomEvent, exit: OomEvent| {
+            for exit_first in [true, false] {
+                let (out, exits) = run(exit_first, line.clone(), exit.clone());
+                assert_eq!((out.len(), out[0].pid, exits), (1, None, 0), "{line:?} / {exit:?}");
+            }
+        };
+        apart(OomEvent { process_used_bytes: Some(100 * GIB), ..line.clone() }, exit.clone());
+        apart(OomEvent { process_used_bytes: None, ..line.clone() }, exit.clone());
+        apart(line.clone(), OomEvent { gpu_index: Some(1), ..exit.clone() });
+        apart(OomEvent { ts_ms: 40_000, ..line.clone() }, exit.clone());
+        // A line that paired with a suspected OOM keeps that pid; the exit stays unused.
+        let mut m = EventMerger::new(10_000);
+        m.push(suspected(7, 0), 1000);
+        m.push(line.clone(), 4000);
+        m.exit(exit.clone(), 4500);
+        let out = m.drain();
+        assert_eq!(out.iter().map(|e| e.pid).collect::<Vec<_>>(), vec![Some(7)]);
+        // The memory of exits is bounded.
+        let mut m = EventMerger::new(10_000);
+        for pid in 0..(MAX_EXITS as u32 + 10) {
+            m.exit(OomEvent { ts_ms: 1000, ..suspected(pid, 3) }, 1000);
+        }
+        assert_eq!(m.exits.len(), MAX_EXITS);
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! (source `nvml`), with the GPU's capacity and free memory and the process's last used memory
 //! from that previous sample, and the other processes on the GPU then.
 //!
+//! A process that disappears from a GPU that was less full is an **exit**: not an event, but a
+//! candidate the merger pairs with a pid-less OOM report of that GPU whose "this process has X in
+//! use" matches the process's last reading (`detect/merge.rs`). A request refused because it was
+//! large leaves the GPU short of full — seen on a real GPU: a 128 GiB request refused at 94.7 %
+//! used, a 15.6 GiB one at 93.7 % — and the job's log line names no pid.
+//!
 //! A process list that could not be read looks empty; so when *every* process vanished at once, it
 //! only counts if the GPU's used memory visibly fell (by at least half of what they held);
 //! otherwise the reading is ignored and the previous state kept. State is bounded
@@ -44,7 +50,13 @@ impl VanishDetector {
     /// suspected OOMs it reveals (`event_id` random, `ts_ms` of the GPU sample that shows the
     /// disappearance). GPUs without a sample in this reading keep their state.
     pub fn observe(&mut self, gpu_samples: &[GpuSample], process_samples: &[ProcessSample]) -> Vec<OomEvent> {
-        let mut out = Vec::new();
+        self.observe_all(gpu_samples, process_samples).suspected
+    }
+
+    /// [`observe`](Self::observe), with the exits from GPUs below the threshold too (built like
+    /// suspected OOMs: the process's last reading and the GPU's then).
+    pub fn observe_all(&mut self, gpu_samples: &[GpuSample], process_samples: &[ProcessSample]) -> Vanished {
+        let mut out = Vanished::default();
         for g in gpu_samples {
             let mut now: BTreeMap<u32, ProcessSample> = BTreeMap::new();
             for p in process_samples.iter().filter(|p| p.gpu_index == g.gpu_index) {
@@ -80,18 +92,25 @@ impl VanishDetector {
             if next.processes.is_empty() && gone_used > 0 && freed.is_none_or(|f| f < gone_used / 2) {
                 continue;
             }
-            if let (Some(used), Some(total)) = (prev.used, prev.total)
-                && total > 0
-                && used as f64 * 100.0 >= self.threshold_pct * total as f64
-            {
-                for p in &gone {
-                    out.push(suspected(g.ts_ms, g.gpu_index, prev, p));
-                }
+            let full = matches!((prev.used, prev.total), (Some(used), Some(total))
+                if total > 0 && used as f64 * 100.0 >= self.threshold_pct * total as f64);
+            for p in &gone {
+                let e = suspected(g.ts_ms, g.gpu_index, prev, p);
+                if full { out.suspected.push(e) } else { out.exits.push(e) }
             }
             self.gpus.insert(g.gpu_index, next);
         }
         out
     }
+}
+
+/// What one reading revealed.
+#[derive(Debug, Default)]
+pub struct Vanished {
+    /// Processes gone from a GPU at least the threshold full: `suspected_oom` events.
+    pub suspected: Vec<OomEvent>,
+    /// Processes gone from a less full GPU: candidates for pairing, never sent alone.
+    pub exits: Vec<OomEvent>,
 }
 
 fn suspected(ts_ms: i64, gpu_index: u32, prev: &GpuState, p: &ProcessSample) -> OomEvent {
@@ -168,6 +187,12 @@ mod tests {
 
     #[test]
     fn below_the_threshold_or_unknown_usage_is_a_normal_exit() {
+        let mut d = VanishDetector::new(95.0);
+        d.observe(&[gpu(0, 0, Some(70))], &[proc_(0, 0, 1, 70)]);
+        let gone = d.observe_all(&[gpu(1, 0, Some(0))], &[]);
+        assert!(gone.suspected.is_empty());
+        assert_eq!(gone.exits.len(), 1, "an exit: a candidate for pairing, not an event");
+        assert_eq!((gone.exits[0].pid, gone.exits[0].process_used_bytes), (Some(1), Some(70 * GIB)));
         let mut d = VanishDetector::new(95.0);
         d.observe(&[gpu(0, 0, Some(70))], &[proc_(0, 0, 1, 70)]);
         assert!(d.observe(&[gpu(1, 0, Some(0))], &[]).is_empty());
