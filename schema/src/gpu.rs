@@ -175,13 +175,14 @@ pub const H100_NVL_94GB: GpuSpec = GpuSpec {
     total_mib: 95_830,
     driver_reserved_mib: 500,
 };
-/// NVIDIA H200 (141 GB HBM3e).
+/// NVIDIA H200 (141 GB HBM3e). Measured on a real one (driver 580.159.04): NVML's total 143 771
+/// MiB, PyTorch's "total capacity of 139.80 GiB" (143 155 MiB), NVML's reserve 0.60 GiB.
 pub const H200_141GB: GpuSpec = GpuSpec {
     key: "H200-141GB",
     name: "NVIDIA H200",
     aliases: &["H200"],
     total_mib: 143_771,
-    driver_reserved_mib: 600,
+    driver_reserved_mib: 616,
 };
 /// AMD Instinct MI300X (192 GB HBM3).
 pub const MI300X_192GB: GpuSpec = GpuSpec {
