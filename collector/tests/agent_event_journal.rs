@@ -12,25 +12,11 @@ use std::time::Duration;
 
 use common::*;
 use oomlens_agent::detect::merge::{DetectConfig, EventMerger};
-use oomlens_agent::spool::{journal, segment};
-use oomlens_schema::Frame;
+use oomlens_agent::spool::journal;
 
 /// Event ids in the spool's segment files.
 fn spooled_event_ids(dir: &Path) -> BTreeSet<u64> {
-    let mut out = BTreeSet::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        if segment::parse_segment_name(&path.file_name().unwrap().to_string_lossy()).is_none() {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for r in segment::scan(&bytes).records {
-            let (_, frame, _) = segment::parse_at(&bytes, r.offset as usize).unwrap();
-            let Frame::Batch(b) = Frame::decode(&bytes[frame]).unwrap() else { panic!("not a batch") };
-            out.extend(b.events.iter().map(|e| e.event_id));
-        }
-    }
-    out
+    spooled_batches(dir).iter().flat_map(|(_, b)| b.events.iter().map(|e| e.event_id)).collect()
 }
 
 /// Every `oom_events` row of `node` in `[lo, hi)` (raw rows: before any ReplacingMergeTree merge).

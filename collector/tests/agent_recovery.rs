@@ -13,7 +13,6 @@ use common::*;
 use oomlens_agent::source::Source;
 use oomlens_agent::source::sim::{SimConfig, Simulator};
 use oomlens_agent::spool::segment;
-use oomlens_schema::Frame;
 
 /// What the simulator produces at each simulated second (the agent samples once per second).
 #[derive(Debug, Default, Clone)]
@@ -128,25 +127,13 @@ struct Spooled {
 
 /// The records in the spool's segment files, by seq.
 fn spooled(dir: &Path, start_ms: i64) -> BTreeMap<u64, Spooled> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if segment::parse_segment_name(&name).is_none() {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for r in segment::scan(&bytes).records {
-            let (_, frame, _) = segment::parse_at(&bytes, r.offset as usize).unwrap();
-            let Frame::Batch(b) = Frame::decode(&bytes[frame]).unwrap() else { panic!("not a batch") };
+    spooled_batches(dir)
+        .into_iter()
+        .map(|(seq, b)| {
             let seconds = b.gpu_samples.iter().map(|g| (g.ts_ms - start_ms) / 1000).collect();
-            out.insert(
-                r.header.seq,
-                Spooled { seconds, events: b.events.iter().map(|e| e.event_id).collect() },
-            );
-        }
-    }
-    out
+            (seq, Spooled { seconds, events: b.events.iter().map(|e| e.event_id).collect() })
+        })
+        .collect()
 }
 
 /// Event ids a restarted agent sends for the events its journal held at a `kill -9` (merged the

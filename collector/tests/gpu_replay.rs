@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use oomlens_agent::config::SourceKind;
-use oomlens_agent::spool::segment;
 use oomlens_collector::analysis::{self, AttributedEvent, FeatureWindow};
-use oomlens_schema::Frame;
 
 const NODE: &str = "gpu-check";
 
@@ -47,22 +45,11 @@ fn jobs() -> Vec<Job> {
 
 /// The events in the spool's segment files (event id → kind and source).
 fn spooled_events(dir: &Path) -> BTreeMap<u64, (String, String)> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        if segment::parse_segment_name(&path.file_name().unwrap().to_string_lossy()).is_none() {
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for r in segment::scan(&bytes).records {
-            let (_, frame, _) = segment::parse_at(&bytes, r.offset as usize).unwrap();
-            let Frame::Batch(b) = Frame::decode(&bytes[frame]).unwrap() else { panic!("not a batch") };
-            for e in &b.events {
-                out.insert(e.event_id, (e.kind.as_str().to_owned(), e.source.as_str().to_owned()));
-            }
-        }
-    }
-    out
+    spooled_batches(dir)
+        .iter()
+        .flat_map(|(_, b)| b.events.iter())
+        .map(|e| (e.event_id, (e.kind.as_str().to_owned(), e.source.as_str().to_owned())))
+        .collect()
 }
 
 /// The job an event belongs to: the log file it was read from, else (hook, kernel) the job

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "hooks", "python"))
 
 import oomlens_hook  # noqa: E402
+from cuda_torch import cuda_torch  # noqa: E402
 
 GIB = 1 << 30
 
@@ -101,13 +102,8 @@ def provoke(name, out, torch, fn, **scope):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
-    try:
-        import torch
-    except ImportError:
-        print("no torch in this Python", file=sys.stderr)
-        return 3
-    if not torch.cuda.is_available():
-        print("torch %s sees no CUDA device" % torch.__version__, file=sys.stderr)
+    torch = cuda_torch()
+    if torch is None:
         return 3
     done = oomlens_hook.install(record_history=True, max_entries=20_000, labels={"check": "gpu"})
     print("torch %s on %s; install: %s" % (torch.__version__, torch.cuda.get_device_name(0), done))

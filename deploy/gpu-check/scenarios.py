@@ -43,6 +43,8 @@ import os
 import sys
 import time
 
+from cuda_torch import cuda_torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GIB = 1 << 30
 MIB = 1 << 20
@@ -355,15 +357,10 @@ def main(argv):
     if len(argv) < 2 or argv[1] not in JOBS:
         print("usage: scenarios.py {%s} [--hook]" % "|".join(JOBS), file=sys.stderr)
         return 2
-    try:
-        import torch
-        import torch.nn as nn
-    except ImportError:
-        print("no torch in this Python", file=sys.stderr)
+    torch = cuda_torch()
+    if torch is None:
         return 3
-    if not torch.cuda.is_available():
-        print("torch %s sees no CUDA device" % torch.__version__, file=sys.stderr)
-        return 3
+    nn = torch.nn
     torch.manual_seed(0)
     if "--hook" in argv[2:]:
         sys.path.insert(0, os.path.join(HERE, "..", "hooks", "python"))

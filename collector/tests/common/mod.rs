@@ -228,6 +228,31 @@ pub fn reserve_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// The batches in a disk spool's segment files, with each record's sequence number (segment
+/// files in name order, records in file order).
+pub fn spooled_batches(dir: &Path) -> Vec<(u64, oomlens_schema::Batch)> {
+    use oomlens_agent::spool::segment;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| segment::parse_segment_name(&p.file_name().unwrap().to_string_lossy()).is_some())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let bytes = std::fs::read(&path).unwrap();
+        for r in segment::scan(&bytes).records {
+            let (_, frame, _) = segment::parse_at(&bytes, r.offset as usize).unwrap();
+            let oomlens_schema::Frame::Batch(b) = oomlens_schema::Frame::decode(&bytes[frame]).unwrap()
+            else {
+                panic!("{}: not a batch", path.display())
+            };
+            out.push((r.header.seq, b));
+        }
+    }
+    out
+}
+
 /// The `oomlens-agent` binary of this build profile (`target/<profile>/oomlens-agent`, next to the
 /// test executable's `deps/`), built first when it is missing or older than the agent's sources.
 pub fn agent_binary() -> std::path::PathBuf {
