@@ -149,17 +149,6 @@ fn journaled_event_ids(spool_dir: &Path) -> BTreeSet<u64> {
     out
 }
 
-/// Progress on stderr (shown when a test fails), with the time since the test started.
-fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| segment::parse_segment_name(&p.file_name().unwrap().to_string_lossy()).is_some())
-        .collect();
-    v.sort();
-    v
-}
-
 /// (a) The collector stops and stays down for 30 real seconds while the agent keeps sampling (2×
 /// simulated time, the agent's default back-off cap and idle timeout, so reconnection backs off to
 /// its cap), then comes back: every sample and event is in ClickHouse exactly once, raw rows

@@ -228,18 +228,26 @@ pub fn reserve_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// A disk spool's segment files, in name (= sequence) order.
+pub fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            oomlens_agent::spool::segment::parse_segment_name(&p.file_name().unwrap().to_string_lossy())
+                .is_some()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// The batches in a disk spool's segment files, with each record's sequence number (segment
 /// files in name order, records in file order).
 pub fn spooled_batches(dir: &Path) -> Vec<(u64, oomlens_schema::Batch)> {
     use oomlens_agent::spool::segment;
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| segment::parse_segment_name(&p.file_name().unwrap().to_string_lossy()).is_some())
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for path in files {
+    for path in segment_files(dir) {
         let bytes = std::fs::read(&path).unwrap();
         for r in segment::scan(&bytes).records {
             let (_, frame, _) = segment::parse_at(&bytes, r.offset as usize).unwrap();
