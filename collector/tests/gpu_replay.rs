@@ -239,3 +239,61 @@ fn the_parser_finds_each_failure_of_the_real_run_once() {
         );
     }
 }
+
+/// The run's NVML readings and its two pid-less lines through today's event stage. The fixture's
+/// agent predates the exit pairing: the GPT's batch (15.6 GiB refused at 93.7 % used) and the long
+/// context (128 GiB at 94.7 %) were stored without a pid. Fed the same readings in order, with each
+/// line at its time, the stage gives each line the pid whose last reading matches its "this
+/// process has X in use".
+#[test]
+fn the_runs_pidless_lines_find_their_process_among_the_exits() {
+    use oomlens_agent::pipeline::event_stage::EventStage;
+    use oomlens_agent::source::Reading;
+    let batches = spooled_batches(&fixture().join("spool"));
+    let mut readings: BTreeMap<i64, Reading> = BTreeMap::new();
+    let mut seen_gpu = std::collections::BTreeSet::new();
+    let mut seen_proc = std::collections::BTreeSet::new();
+    let mut lines = Vec::new();
+    for (_, b) in &batches {
+        for g in &b.gpu_samples {
+            if seen_gpu.insert((g.gpu_index, g.ts_ms)) {
+                readings.entry(g.ts_ms).or_default().gpu_samples.push(g.clone());
+            }
+        }
+        for p in &b.process_samples {
+            if seen_proc.insert((p.gpu_index, p.pid, p.ts_ms)) {
+                readings.entry(p.ts_ms).or_default().process_samples.push(p.clone());
+            }
+        }
+        lines.extend(b.events.iter().filter(|e| e.pid.is_none() && e.kind.as_str() == "cuda_oom").cloned());
+    }
+    assert_eq!(lines.len(), 2, "the two lines the fixture's agent stored without a pid");
+    for e in &lines {
+        let r = readings.entry(e.ts_ms).or_default();
+        r.ts_ms = Some(e.ts_ms);
+        r.events.push(e.clone());
+    }
+    let mut stage = EventStage::new(95.0, 10_000, 1024, None);
+    let mut out = Vec::new();
+    for (_, mut r) in readings {
+        out.extend(stage.on_reading(&mut r));
+    }
+    out.extend(stage.drain());
+    let last_used = |pid: u32| {
+        batches
+            .iter()
+            .flat_map(|(_, b)| b.process_samples.iter())
+            .filter(|p| p.pid == pid)
+            .max_by_key(|p| p.ts_ms)
+            .and_then(|p| p.used_bytes)
+    };
+    for line in &lines {
+        let e = out.iter().find(|e| e.event_id == line.event_id).unwrap();
+        let pid = e.pid.unwrap_or_else(|| panic!("no pid for {:.200}", e.raw_message));
+        let merged = e.labels.iter().find(|l| l.key == "merged.from").map(|l| l.value.as_str());
+        assert_eq!(merged, Some("process_exit"));
+        let (said, read) = (line.process_used_bytes.unwrap(), last_used(pid).unwrap());
+        assert!(said.abs_diff(read) < 64 << 20, "pid {pid}: the line says {said} B, NVML read {read} B");
+        println!("line of {} B → pid {pid} (NVML's last reading {read} B)", said);
+    }
+}
