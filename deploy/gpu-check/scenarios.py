@@ -103,6 +103,18 @@ def static_load(torch, nn):
     return model
 
 
+def train_step(optimizer, shape, forward):
+    """One training step, each phase in its report_oom scope; ``forward()`` returns the loss."""
+    with scope("forward", **shape):
+        loss = forward()
+    with scope("backward", **shape):
+        loss.backward()
+    with scope("optimizer_step", **shape):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def static_optimizer(torch, nn):
     d = 8192
     per_layer = 12 * d * d * 4
@@ -116,13 +128,7 @@ def static_optimizer(torch, nn):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
     x = torch.randn(4, 128, d, device="cuda")
     for step in range(3):
-        with scope("forward", **shape):
-            loss = model(x).float().pow(2).mean()
-        with scope("backward", **shape):
-            loss.backward()
-        with scope("optimizer_step", **shape):
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(optimizer, shape, lambda: model(x).float().pow(2).mean())
         print("step %d loss %.4f" % (step, loss.item()), flush=True)
 
 
@@ -137,13 +143,7 @@ def resnet_training(torch, batch, steps=3, resolution=lambda: 224):
         size = resolution()
         images = torch.randn(batch, 3, size, size, device="cuda")
         labels = torch.randint(0, 1000, (batch,), device="cuda")
-        with scope("forward", **shape):
-            loss = criterion(model(images), labels)
-        with scope("backward", **shape):
-            loss.backward()
-        with scope("optimizer_step", **shape):
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(optimizer, shape, lambda: criterion(model(images), labels))
         print("step %d batch %d resolution %d loss %.3f" % (step, batch, size, loss.item()), flush=True)
 
 
@@ -264,14 +264,8 @@ def batch_lm(torch, nn):
     print("training a GPT at batch %d x %d tokens" % (size, seq), flush=True)
     for step in range(3):
         tokens = torch.randint(0, 32000, (size, seq + 1), device="cuda")
-        with scope("forward", **shape):
-            logits = model(tokens[:, :-1])
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
-        with scope("backward", **shape):
-            loss.backward()
-        with scope("optimizer_step", **shape):
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(optimizer, shape, lambda: nn.functional.cross_entropy(
+            model(tokens[:, :-1]).flatten(0, 1).float(), tokens[:, 1:].flatten()))
         print("step %d loss %.3f" % (step, loss.item()), flush=True)
 
 
