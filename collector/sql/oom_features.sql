@@ -1,5 +1,5 @@
 -- name: oom_features
--- description: The evidence of every OOM event in a time window, one row per event (re-sent duplicates collapsed), newest first: the event's stored fields (the message's numbers, the processes it lists, the phase and where it came from, the host-memory evidence, the message's own kind, the job shape) and the failing process's and the other processes' samples in the window_ms before the failure (the failing process's first/floor/peak/last memory; the others' memory at their first sample, at the failure, their growth). The collector derives the attribution features from these columns (docs/attribution.md). Parameters: the process-sample range (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), the event range again for the GPUs to read (gpus_since_ms = since_ms, gpus_until_ms = until_ms), window_ms, then the event range [since_ms, until_ms).
+-- description: The evidence of every OOM event in a time window, one row per event (re-sent duplicates collapsed), newest first: the event's stored fields (the message's numbers, the processes it lists, the phase and where it came from, the host-memory evidence, the message's own kind, the job shape) and the failing process's and the other processes' samples in the window_ms before the failure (the failing process's first/floor/peak/last memory and its largest rise between two readings; the others' memory at their first sample, at the failure, their growth). The collector derives the attribution features from these columns (docs/attribution.md). Parameters: the process-sample range (samples_since_ms = since_ms - window_ms, samples_until_ms = until_ms), the event range again for the GPUs to read (gpus_since_ms = since_ms, gpus_until_ms = until_ms), window_ms, then the event range [since_ms, until_ms).
 -- param: samples_since_ms Int64 = -60000
 -- param: samples_until_ms Int64 = 9223372036854775807
 -- param: gpus_since_ms Int64 = 0
@@ -28,7 +28,7 @@ SELECT
     params, batch_size, seq_len, hidden, layers, heads, precision, optimizer, zero_stage,
     tensor_parallel, pipeline_parallel, data_parallel, activation_checkpointing, flash_attention,
     window_ms,
-    own_samples, own_first_ts, own_first_used, own_min_used, own_max_used, own_last_used,
+    own_samples, own_first_ts, own_first_used, own_min_used, own_max_used, own_last_used, own_max_rise,
     others_seen, others_first_bytes, others_last_bytes, own_sampled_bytes, others_growth_bytes,
     top_neighbour_growth_bytes
 FROM
@@ -47,6 +47,9 @@ FROM
         sumIf(min_used, p = ifNull(pid, 0) AND p != 0) AS own_min_used,
         sumIf(max_used, p = ifNull(pid, 0) AND p != 0) AS own_max_used,
         sumIf(last_used, p = ifNull(pid, 0) AND p != 0) AS own_last_used,
+        -- its largest rise between two consecutive readings: a segment the allocator took at once
+        if(own_samples > 0, toNullable(toUInt64(greatest(sumIf(max_rise, p = ifNull(pid, 0) AND p != 0), 0))), NULL)
+            AS own_max_rise,
         countIf(p != ifNull(pid, 0) AND p != 0) AS others_seen,
         sumIf(first_used, p != ifNull(pid, 0) AND p != 0) AS others_first_bytes,
         -- a process last seen more than 5 s before the failure had left: it no longer held memory
@@ -76,7 +79,9 @@ FROM
             argMin(s_used, s_ts) AS first_used,
             argMax(s_used, s_ts) AS last_used,
             min(s_used) AS min_used,
-            max(s_used) AS max_used
+            max(s_used) AS max_used,
+            arrayReduce('max', arrayDifference(arrayMap(x -> toInt64(x.2), arraySort(groupArray((s_ts, s_used))))))
+                AS max_rise
         FROM
         (
             SELECT

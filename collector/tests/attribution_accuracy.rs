@@ -61,6 +61,7 @@ fn message_only(f: &OomFeatures) -> OomFeatures {
         own_min_used: 0,
         own_max_used: 0,
         own_last_used: 0,
+        own_max_rise: None,
         others_seen: 0,
         others_first_bytes: 0,
         others_last_bytes: 0,

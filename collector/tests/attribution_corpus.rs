@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use oomlens_collector::analysis::accuracy::{ConfusionMatrix, Reliability, RuleScores};
 use oomlens_collector::analysis::explain::explain_text;
-use oomlens_collector::analysis::rules::RULES_VERSION;
+use oomlens_collector::analysis::rules::MESSAGE_RULES_VERSION;
 use oomlens_schema::Scenario;
 
 /// The lowest macro accuracy accepted: a regression floor under the measured value (54.3 % on 860
@@ -46,7 +46,7 @@ fn real_messages_are_attributed_to_their_established_cause() {
         let a = &primary.attribution;
         let right = a.scenario == truth;
         matrix.add(truth, a.scenario);
-        if r.fresh_for(RULES_VERSION) {
+        if r.fresh_for(MESSAGE_RULES_VERSION) {
             fresh.add(truth, a.scenario);
         }
         rules.add(a.rule.id(), truth, a.scenario);
@@ -100,7 +100,7 @@ fn real_messages_are_attributed_to_their_established_cause() {
     println!("reliability (verdicts other than unknown; {unknown} unknown):\n{reliability}");
     if fresh.total() > 0 {
         println!(
-            "fresh records (collected after rules version {RULES_VERSION}'s verdicts were fixed): {} of {} right ({:.1} %), macro {:.1} %",
+            "fresh records (collected after rules version {MESSAGE_RULES_VERSION}'s message-only verdicts were fixed): {} of {} right ({:.1} %), macro {:.1} %",
             fresh.correct(),
             fresh.total(),
             fresh.accuracy().unwrap() * 100.0,

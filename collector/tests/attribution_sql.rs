@@ -68,6 +68,36 @@ async fn features_decode_and_each_case_fires_its_rule() {
             assert_eq!(e.features.truth_scenario, e.attribution.scenario.as_str(), "case {case}");
         }
     }
+    // The largest rise between two readings of the failing process, computed here from the
+    // fixture's samples, is what the query computed.
+    let samples: Vec<serde_json::Value> =
+        sql_fixture("process_samples").lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut with_rise = 0;
+    for e in events.iter().map(|e| &e.features) {
+        let (Some(pid), Some(gpu)) = (e.pid, e.gpu_index) else { continue };
+        let mut curve: Vec<(i64, u64)> = samples
+            .iter()
+            .filter(|s| {
+                (s["cluster"].as_str(), s["node"].as_str(), s["gpu_index"].as_u64(), s["pid"].as_u64())
+                    == (
+                        Some(e.cluster.as_str()),
+                        Some(e.node.as_str()),
+                        Some(u64::from(gpu)),
+                        Some(u64::from(pid)),
+                    )
+            })
+            .filter_map(|s| Some((s["ts_ms"].as_i64()?, s["used_bytes"].as_u64()?)))
+            .filter(|&(ts, _)| ts >= e.ts_ms - e.window_ms && ts <= e.ts_ms)
+            .collect();
+        curve.sort_unstable();
+        let rise = curve.windows(2).map(|w| w[1].1.saturating_sub(w[0].1)).max().unwrap_or(0);
+        let expected = (!curve.is_empty()).then_some(rise);
+        assert_eq!(e.own_max_rise, expected, "event {} (pid {pid}): {curve:?}", e.event_id);
+        with_rise += usize::from(rise > 0);
+    }
+    assert!(with_rise >= 5, "the fixture has curves that rise: {with_rise}");
+    let c18 = events.iter().find(|e| e.features.event_id == 7_000_000_000_000_000_018).unwrap();
+    assert_eq!(c18.features.own_max_rise, Some((40 << 30) + (1 << 29)), "its first step, taken at once");
     let case = |n: u64| events.iter().find(|e| e.features.event_id == 7_000_000_000_000_000_000 + n).unwrap();
     // Inferred phase: young process climbing from its context.
     assert_eq!(case(10).features.phase_source, "inferred");

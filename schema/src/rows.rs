@@ -395,6 +395,8 @@ row_table! {
         pub own_max_used: u64 => Plain,
         /// Its last sample before the failure.
         pub own_last_used: u64 => Plain,
+        /// Its largest rise between two consecutive samples in the window.
+        pub own_max_rise: Option<u64> => Plain,
         /// Other processes seen on the GPU in the window.
         pub others_seen: u64 => Plain,
         /// Their memory at their first sample.

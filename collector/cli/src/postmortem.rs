@@ -457,11 +457,12 @@ impl Postmortem {
         )?;
         writeln!(
             out,
-            "  3 dynamic:  requested {}, swing {} (floor {}, peak {}), attention matrix {}, batch {}, seq {}",
+            "  3 dynamic:  requested {}, swing {} (floor {}, peak {}), largest rise {}, attention matrix {}, batch {}, seq {}",
             human_bytes(f.requested_bytes),
             human_bytes(f.own_swing_bytes),
             human_bytes(Some(f.own_min_used)),
             human_bytes(Some(f.own_max_used)),
+            human_bytes(f.own_max_rise),
             human_bytes(f.attention_bytes),
             f.batch_size.map_or_else(|| "-".to_owned(), |v| v.to_string()),
             f.seq_len.map_or_else(|| "-".to_owned(), |v| v.to_string()),

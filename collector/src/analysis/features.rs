@@ -234,6 +234,9 @@ pub struct EventEvidence {
     pub own_max_used: u64,
     /// Its last sample before the failure.
     pub own_last_used: u64,
+    /// Its largest rise between two consecutive readings in the window: the most memory it took
+    /// at once (`None` without samples, and in rows stored before the column existed).
+    pub own_max_rise: Option<u64>,
     /// Other processes seen on the GPU in the window.
     pub others_seen: u64,
     /// Their memory at their first sample in the window (those still present).
@@ -254,6 +257,12 @@ fn label<'a>(e: &'a OomEvent, key: &str) -> &'a str {
 }
 
 impl EventEvidence {
+    /// The failing process was first seen inside the window (5 s after its start or later): it
+    /// started, or came to this GPU, shortly before the failure.
+    pub fn first_seen_in_window(&self) -> bool {
+        self.own_samples > 0 && self.own_first_ts >= self.ts_ms - self.window_ms + 5000
+    }
+
     /// The evidence of one event as the agent sent it, without samples (the message alone:
     /// `oomlens explain`). Field for field what the pipeline stores for the event (its collector
     /// conversion and `oom_features`), so both derive the same features.
@@ -369,6 +378,9 @@ pub struct OomFeatures {
     pub attention_bytes: Option<u64>,
     /// Peak − floor of the failing process in the window.
     pub own_swing_bytes: Option<u64>,
+    /// The most the failing process took at once in the window: its largest rise between two
+    /// readings (its swing in rows stored before that was recorded); see [`OomFeatures::took_before`].
+    pub own_rise_bytes: Option<u64>,
 }
 
 impl std::ops::Deref for OomFeatures {
@@ -388,7 +400,7 @@ impl OomFeatures {
     pub fn derive(e: EventEvidence) -> OomFeatures {
         let known_phase = !matches!(e.phase.as_str(), "" | "unknown");
         let inferred = (!known_phase && e.own_samples > 0).then(|| {
-            let startup = e.own_first_ts >= e.ts_ms - e.window_ms + 5000
+            let startup = e.first_seen_in_window()
                 && e.own_last_used >= e.own_max_used
                 && e.own_first_used.saturating_mul(4) <= e.own_max_used;
             if startup { "startup" } else { "steady" }
@@ -500,6 +512,8 @@ impl OomFeatures {
             _ => None,
         };
         let own_swing_bytes = (e.own_samples > 0).then(|| e.own_max_used.saturating_sub(e.own_min_used));
+        let own_rise_bytes =
+            own_swing_bytes.map(|swing| e.own_max_rise.map_or(swing, |rise| rise.min(swing)));
 
         OomFeatures {
             phase_effective,
@@ -521,8 +535,28 @@ impl OomFeatures {
             static_estimate_bytes,
             attention_bytes,
             own_swing_bytes,
+            own_rise_bytes,
             evidence: e,
         }
+    }
+
+    /// Whether the failing process took a request of `q` bytes before the failure (`None`
+    /// without samples). A step's tensors come back every step: the first time, the caching
+    /// allocator took a segment for each at once and kept it (the reading does not fall between
+    /// steps), so one of the process's rises covers a request of that size. A process first seen
+    /// inside the window may still be in its first step, all of whose tensors are new: its climb
+    /// covers them, unless the request is as large as all it holds (90 %) — what an input of
+    /// twice the length asks of attention, not one tensor among a step's.
+    pub fn took_before(&self, q: u64) -> Option<bool> {
+        let swing = self.own_swing_bytes?;
+        if q <= self.own_rise_bytes.unwrap_or(swing) {
+            return Some(true);
+        }
+        Some(
+            self.first_seen_in_window()
+                && q <= swing
+                && q.saturating_mul(10) < self.own_last_used.saturating_mul(9),
+        )
     }
 
     /// The features of one event from its message alone (no samples): `oomlens explain`.
@@ -816,5 +850,44 @@ mod tests {
         assert_eq!(f.attention_bytes, Some(2 * 8 * 16 * 2048 * 2048));
         let f = OomFeatures::derive(EventEvidence { flash_attention: Some(1), ..f.evidence });
         assert_eq!(f.attention_bytes, Some(0));
+    }
+
+    #[test]
+    fn a_request_was_taken_before_when_a_rise_covers_it() {
+        const GIB: u64 = 1 << 30;
+        let ts_ms = 1_000_000;
+        // A process present all the window: 20 GiB, then its first step took 40 GiB at once.
+        let old = EventEvidence {
+            ts_ms,
+            window_ms: 60_000,
+            own_samples: 60,
+            own_first_ts: ts_ms - 59_000,
+            own_first_used: 20 * GIB,
+            own_min_used: 20 * GIB,
+            own_max_used: 60 * GIB,
+            own_last_used: 60 * GIB,
+            own_max_rise: Some(40 * GIB),
+            ..EventEvidence::default()
+        };
+        let took = |e: &EventEvidence, q: u64| OomFeatures::derive(e.clone()).took_before(q);
+        assert!(!old.first_seen_in_window());
+        assert_eq!(took(&old, 25 * GIB), Some(true), "a step's tensor that came back");
+        // The same swing in small rises (a process growing step by step): 25 GiB is new.
+        let growing = EventEvidence { own_max_rise: Some(GIB), ..old.clone() };
+        assert_eq!(took(&growing, 25 * GIB), Some(false));
+        // A row stored before the rise was recorded: the swing decides, as it did.
+        let stored = EventEvidence { own_max_rise: None, ..growing.clone() };
+        assert_eq!(took(&stored, 25 * GIB), Some(true));
+        assert_eq!(took(&stored, 41 * GIB), Some(false));
+        // Started 20 s ago and still climbing (its first step): its climb covers a step's tensor,
+        // not a request as large as all it holds (a doubled input's attention).
+        let young =
+            EventEvidence { own_first_ts: ts_ms - 20_000, own_min_used: GIB, own_first_used: GIB, ..growing };
+        assert!(young.first_seen_in_window());
+        assert_eq!(took(&young, 25 * GIB), Some(true));
+        assert_eq!(took(&young, 58 * GIB), Some(false), "≥ 90 % of the 60 GiB it holds");
+        assert_eq!(took(&young, 70 * GIB), Some(false), "beyond its whole climb");
+        // Without samples nothing is known.
+        assert_eq!(took(&EventEvidence::default(), GIB), None);
     }
 }

@@ -63,7 +63,13 @@ const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm",
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 19;
+pub const RULES_VERSION: u32 = 20;
+
+/// The last [`RULES_VERSION`] that changed a verdict on the message alone (no samples, no job
+/// shape: what `oomlens explain` and the corpus see). Version 20 changed how samples are read
+/// (`single_huge_request` asks [`OomFeatures::took_before`]), not a message-only verdict, so the
+/// corpus's records collected after version 19 are still fresh for it.
+pub const MESSAGE_RULES_VERSION: u32 = 19;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -128,7 +134,7 @@ pub enum Rule {
     /// The job's allocator summary: activations (forward / backward / eval / inference sites)
     /// hold most of the live memory.
     SnapshotActivations,
-    /// One request of a large share of the GPU (beyond the process's swing, when sampled).
+    /// One request of a large share of the GPU (beyond every rise of the process, when sampled).
     SingleHugeRequest,
     /// Its own cache held a large share of the GPU, enough with the free memory for the request.
     FragmentedCache,
@@ -336,7 +342,7 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::SnapshotActivations if attention_sites(f) => &[(Sequence, 65), (Batch, 30), (Static, 5)],
         Rule::SnapshotActivations => &[(Batch, 70), (Sequence, 25), (Static, 5)],
         Rule::SequenceAttention => &[(Sequence, 90), (Batch, 10)],
-        // With samples the request is also beyond the process's whole swing: new, not a step's.
+        // With samples the request is also beyond all the process took at once: new, not a step's.
         Rule::SingleHugeRequest if !message_only(f) => &[(Sequence, 75), (Batch, 15), (Static, 10)],
         Rule::SingleHugeRequest => &[(Sequence, 65), (Batch, 20), (Static, 10), (Fragmentation, 5)],
         // Message only, a large cached share is as often a batch or a length that varies step to
@@ -608,13 +614,12 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         }
     }
     // One request larger than a quarter of the GPU that the free memory could not serve: a single
-    // huge tensor. A step's activations come back every step, so the process's swing before the
-    // failure covers requests of that size; one request beyond the whole swing is new: a longer
-    // sequence's attention or buffer.
+    // huge tensor. With samples, one the process had not taken before (`took_before`: beyond
+    // every rise of its readings) is new: a longer sequence's attention or buffer.
     if f.attention_bytes.is_none()
         && x.huge_request
         && !x.free_covers
-        && f.own_swing_bytes.is_none_or(|swing| f.requested_bytes.unwrap_or(0) > swing)
+        && f.took_before(f.requested_bytes.unwrap_or(0)) != Some(true)
     {
         return Rule::SingleHugeRequest;
     }
@@ -901,7 +906,7 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
                 Some(c) => format!("{} of the GPU", share(f.requested_bytes.unwrap_or(0), c)),
                 None => "the GPU's capacity not known".to_owned(),
             },
-            f.own_swing_bytes.map_or_else(String::new, |s| format!(", more than its whole swing of {}", b(s)))
+            f.own_rise_bytes.map_or_else(String::new, |r| format!(", more than it ever took at once before: {}", b(r)))
         ),
         Rule::FragmentedCache => format!(
             "the allocator held {} cached but unused ({} of the GPU; with the {} free that covers the {} requested): not in one usable block",
@@ -1017,14 +1022,15 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
     ev.push(when);
     if f.own_samples > 0 {
         ev.push(format!(
-            "curve: {} samples in the {} before: first {}, floor {}, peak {}, last {} (swing {})",
+            "curve: {} samples in the {} before: first {}, floor {}, peak {}, last {} (swing {}, largest rise {})",
             f.own_samples,
             secs(f.window_ms),
             b(f.own_first_used),
             b(f.own_min_used),
             b(f.own_max_used),
             b(f.own_last_used),
-            b(f.own_swing_bytes.unwrap_or(0))
+            b(f.own_swing_bytes.unwrap_or(0)),
+            f.own_max_rise.map_or_else(|| "not recorded".to_owned(), b)
         ));
     }
     // 2. static

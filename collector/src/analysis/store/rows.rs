@@ -138,6 +138,7 @@ evidence_fields!(
     own_min_used,
     own_max_used,
     own_last_used,
+    own_max_rise,
     others_seen,
     others_first_bytes,
     others_last_bytes,
