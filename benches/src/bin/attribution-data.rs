@@ -232,7 +232,8 @@ async fn main() -> anyhow::Result<()> {
                 gpu_index: None,
                 workload: None,
                 pod: None,
-                max_events: 1,
+                // As `oomlens postmortem --event ID` asks (its default `--max-events`).
+                max_events: 20,
             };
             let evs = postmortem::find_events(db, "oomlens", &sel).await?;
             let ev = evs.events.first().context("event missing")?;

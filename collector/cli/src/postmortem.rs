@@ -265,10 +265,10 @@ pub async fn fetch_curve(
         ParamValue::Int(since_ms),
         ParamValue::Int(until),
     ];
-    let rows =
-        queries::builtin("oom_process_curve")?.bind(client, db, &args)?.fetch_all::<ProcessPoint>().await?;
-    let gpu_points =
-        queries::builtin("oom_gpu_curve")?.bind(client, db, &args)?.fetch_all::<GpuPoint>().await?;
+    let processes = queries::builtin("oom_process_curve")?.bind(client, db, &args)?;
+    let gpu = queries::builtin("oom_gpu_curve")?.bind(client, db, &args)?;
+    let (rows, gpu_points) =
+        tokio::try_join!(processes.fetch_all::<ProcessPoint>(), gpu.fetch_all::<GpuPoint>())?;
     let mut by_pid: BTreeMap<u32, ProcessSeries> = BTreeMap::new();
     for r in rows {
         let s = by_pid.entry(r.pid).or_insert_with(|| ProcessSeries {
@@ -322,25 +322,32 @@ pub async fn build(
     ev: &EventRef,
     lookback: Lookback,
 ) -> Result<Option<Postmortem>, PostmortemError> {
-    let Some(explained) = analysis::explain_event(
-        client,
-        db,
-        &ev.cluster,
-        &ev.node,
-        ev.event_id,
-        ev.ts_ms,
-        lookback.window_ms,
-        lookback.top_n,
-    )
-    .await?
-    else {
-        return Ok(None);
+    // The explanation and the curve are independent queries: run them at once.
+    let explain = async {
+        analysis::explain_event(
+            client,
+            db,
+            &ev.cluster,
+            &ev.node,
+            ev.event_id,
+            ev.ts_ms,
+            lookback.window_ms,
+            lookback.top_n,
+        )
+        .await
+        .map_err(PostmortemError::from)
     };
-    let curve = match ev.gpu_index {
-        Some(gpu) => {
-            Some(fetch_curve(client, db, &ev.cluster, &ev.node, gpu, ev.ts_ms, lookback.curve_ms).await?)
+    let curve = async {
+        match ev.gpu_index {
+            Some(gpu) => fetch_curve(client, db, &ev.cluster, &ev.node, gpu, ev.ts_ms, lookback.curve_ms)
+                .await
+                .map(Some),
+            None => Ok(None),
         }
-        None => None,
+    };
+    let (explained, curve) = tokio::try_join!(explain, curve)?;
+    let Some(explained) = explained else {
+        return Ok(None);
     };
     Ok(Some(Postmortem { event: ev.clone(), explained, curve }))
 }

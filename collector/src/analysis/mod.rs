@@ -105,17 +105,16 @@ pub async fn explain_event(
 ) -> Result<Option<ExplainedEvent>, AttributionError> {
     let window = FeatureWindow { since_ms: ts_ms, until_ms: ts_ms.saturating_add(1), window_ms };
     let is_it = |c: &str, n: &str, id: u64| c == cluster && n == node && id == event_id;
-    let Some(event) = attribute_window_live(client, db, &window)
-        .await?
-        .into_iter()
-        .find(|e| is_it(&e.features.cluster, &e.features.node, e.features.event_id))
+    // The two queries read the same minutes and do not depend on each other: run them at once.
+    let (events, neighbours) = tokio::try_join!(
+        attribute_window_live(client, db, &window),
+        features::fetch_neighbours(client, db, &window, top_n)
+    )?;
+    let Some(event) =
+        events.into_iter().find(|e| is_it(&e.features.cluster, &e.features.node, e.features.event_id))
     else {
         return Ok(None);
     };
-    let neighbours = features::fetch_neighbours(client, db, &window, top_n)
-        .await?
-        .into_iter()
-        .filter(|n| is_it(&n.cluster, &n.node, n.event_id))
-        .collect();
+    let neighbours = neighbours.into_iter().filter(|n| is_it(&n.cluster, &n.node, n.event_id)).collect();
     Ok(Some(ExplainedEvent { event, neighbours }))
 }
