@@ -328,6 +328,9 @@ pub fn detect(c: &str) -> Option<Family> {
     }
     if has(c, "noavailablememoryforthecacheblocks")
         || (has(c, "freememoryondevice") && has(c, "desiredgpumemoryutilization"))
+        // Its head alone, the rest on the next line (`… (30.12/31.84 GiB) on startup` / `is less
+        // than desired GPU memory utilization (0.95, 30.25 GiB).`, wrapped by hand).
+        || (has(c, "freememoryondevice") && has(c, "onstartup"))
         || has(c, "islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache")
         || (has(c, "toserveatleastonerequestwiththe") && has(c, "maxseqlen"))
         || (has(c, "exceedsavailablemambacacheblocks"))
@@ -632,8 +635,14 @@ fn cuda_runtime(c: &str) -> bool {
         || has(c, "noalgorithmsfoundthatwouldfitinfreegpumemory")
         // OpenVINO's GPU plugin refusing one buffer over the device's limit: `[GPU] Exceeded max
         // size of memory object allocation: requested N bytes, but max alloc size supported by
-        // device is M bytes.`
+        // device is M bytes.`, or over what is left: `[GPU] Exceeded max size of memory
+        // allocation: Required N bytes, already occupied : O bytes, but available memory size is
+        // A bytes`.
         || has(c, "[gpu]exceededmaxsizeofmemoryobjectallocation")
+        || has(c, "[gpu]exceededmaxsizeofmemoryallocation:required")
+        // TVM's Relax VM (MLC-LLM) whose planned storage is too small for a buffer: `storage
+        // allocation failure, attempted to allocate N at offset 0 in region that is M bytes`.
+        || (has(c, "storageallocationfailure") && has(c, "attemptedtoallocate"))
         // OneFlow's error proto: `Error Type: oneflow.ErrorProto.out_of_memory_error` (its glog
         // line before, `F… op_call_instruction_policy.cpp:209] out of memory`, names no device).
         || has(c, "oneflow.errorproto.out_of_memory_error")
@@ -874,6 +883,10 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
                 || c.starts_with("basedontheavailablememory")
                 || c.starts_with("tryincreasing")
                 || c.starts_with("decreasegpumemoryutilization")
+                // The start-up check's second half, when a hand wrapped it after `on startup`
+                // (or after its `is`).
+                || c.starts_with("islessthandesiredgpumemoryutilization")
+                || c.starts_with("lessthandesiredgpumemoryutilization")
         }
         Family::Jax | Family::Cupy | Family::Accelerate | Family::Serving | Family::Host => false,
     }
@@ -920,6 +933,9 @@ const REQUEST_BEFORE: &[&str] = &[
     // device memory`, `No pool handles allocation of size 411041792`.
     "can'tallocatebufferofsize:",
     "nopoolhandlesallocationofsize",
+    // TVM's Relax VM: `storage allocation failure, attempted to allocate 16785408 at offset 0 in
+    // region that is 16777216bytes` (the region is its planned storage, not the device).
+    "storageallocationfailure,attemptedtoallocate",
 ];
 
 /// True when the unit a size was read with, ending at `e` of compact `c`, is a lone `b` glued to
@@ -1041,6 +1057,20 @@ pub fn extract(c: &str, f: &mut Fields) {
             after(c, ";free", e).filter(|r| *r == e + 5).and_then(|r| size_at(c, r, false))
         {
             f.free.get_or_insert(free);
+        }
+    }
+    // OpenVINO's GPU plugin: `[GPU] Exceeded max size of memory allocation: Required 8257536
+    // bytes, already occupied : 7927400508 bytes, but available memory size is 7927406592 bytes`
+    // (the device's memory: an integrated GPU's share of the host's).
+    if let Some(p) = after(c, "[gpu]exceededmaxsizeofmemoryallocation:required", 0)
+        && let Some((q, e)) = uint_at(c, p)
+    {
+        f.requested.get_or_insert(q);
+        let occupied = after(c, "alreadyoccupied:", e).and_then(|r| uint_at(c, r));
+        let available = after(c, "availablememorysizeis", e).and_then(|r| uint_at(c, r));
+        if let (Some((used, _)), Some((total, _))) = (occupied, available) {
+            f.capacity.get_or_insert(total);
+            f.free.get_or_insert(total.saturating_sub(used));
         }
     }
     // Warp: `Array allocation failed on device: cuda:0 for 16777216 bytes`.
@@ -1435,7 +1465,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "directml"
         } else if has(c, "uselowerresolution") || has(c, "facedetectionongpu") || mps_buffer_limit(c) {
             "pytorch"
-        } else if has(c, "executionoftvm") || has(c, "tvm.apache.org") {
+        } else if has(c, "executionoftvm") || has(c, "tvm.apache.org") || has(c, "storageallocationfailure") {
             "tvm"
         } else if has(c, "cu-allocator") || has(c, "cuda-device.cc") || has(c, "kaldi") {
             "kaldi"
@@ -1447,7 +1477,7 @@ pub fn framework(families: u16, c: &str, src: Option<&str>) -> &'static str {
             "cubecl"
         } else if has(c, "cl_out_of_resources")
             || has(c, "openvino")
-            || has(c, "[gpu]exceededmaxsizeofmemoryobject")
+            || has(c, "[gpu]exceededmaxsizeofmemory")
         {
             "openvino"
         } else if has(c, "gpumemoryisoverflow") || has(c, "jittor") {

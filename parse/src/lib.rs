@@ -1235,6 +1235,9 @@ pub struct LogParser {
     fed: u64,
     work: usize,
     duplicates: u64,
+    /// The parser's counter at llama.cpp's last Metal warning that its buffers passed the GPU's
+    /// recommended working set ([`METAL_OVER_BUDGET`]).
+    metal_over_budget: Option<u64>,
     /// The last serving-engine memory-profiling line: (line number, compact text).
     profile: Option<(u64, String)>,
     /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
@@ -1256,7 +1259,28 @@ pub struct LogParser {
     untaken_at: (u64, u64),
 }
 
+/// llama.cpp's Metal backend when its buffers pass what macOS recommends for the GPU:
+/// `ggml_metal_add_buffer: allocated 'data' buffer, size = 160.00 MB, (12018.69 / 10922.67),
+/// warning: current allocated size is greater than the recommended max working set size` — its
+/// first words (compact), which a terminal's wrap of that long line leaves whole.
+const METAL_OVER_BUDGET: &str = "warning:currentallocatedsizeisgreaterthan";
+
+/// Lines after [`METAL_OVER_BUDGET`] within which a failed Metal command buffer is read as its
+/// consequence.
+const METAL_BUDGET_LINES: u64 = 500;
+
 impl LogParser {
+    /// A Metal command buffer that failed (`ggml_metal_graph_compute: command buffer 0 failed with
+    /// status 5`, `MTLCommandBufferStatusError`) after llama.cpp warned that its buffers passed
+    /// the GPU's recommended working set: out of memory. Newer builds print the reason on the next
+    /// line (`error: Insufficient Memory (… kIOGPUCommandBufferCallbackErrorOutOfMemory)`, read on
+    /// its own); older ones print only the status, which alone can be a timeout or a fault.
+    fn metal_failed_over_budget(&self, c: &str, fed: u64) -> Option<Family> {
+        let warned = self.metal_over_budget.is_some_and(|at| fed.saturating_sub(at) <= METAL_BUDGET_LINES);
+        (warned && c.contains("ggml_metal_graph_compute:commandbuffer") && c.contains("failedwithstatus5"))
+            .then_some(Family::Ggml)
+    }
+
     /// A parser at line 0.
     pub fn new() -> Self {
         Self::default()
@@ -1331,6 +1355,9 @@ impl LogParser {
         if c.contains("memoryprofilingresults:") || c.contains("total_gpu_memory=") {
             self.profile = Some((self.line, c.clone()));
         }
+        if c.contains(METAL_OVER_BUDGET) {
+            self.metal_over_budget = Some(fed);
+        }
         if let Some(pid) = host::worker_timeout_pid(body) {
             if self.timed_out.len() == MAX_TIMED_OUT {
                 self.timed_out.pop_front();
@@ -1350,6 +1377,7 @@ impl LogParser {
                 frameworks::detect(&read_c)
                     .or_else(|| bfc_dump(&origin, raw, &read_c))
                     .or_else(|| driver_alloc(&origin, &read_c))
+                    .or_else(|| self.metal_failed_over_budget(&read_c, fed))
                     .or_else(|| {
                         symptom = host::detect(read_body)
                             .filter(|s| !self.launcher_explained(s, &origin) && !self.timeout_explained(s));

@@ -1583,3 +1583,46 @@ fn formats_of_the_round_after_version_19() {
         [("host_oom_kill", "c++", 1)]
     );
 }
+
+#[test]
+fn formats_of_round_20() {
+    // llama.cpp's Metal backend before it named the reason: a failed command buffer after its
+    // warning that the buffers passed the GPU's recommended working set is out of memory…
+    let metal = parse_all([
+        "ggml_metal_add_buffer: allocated 'data' buffer, size =   160.00 MB, (12018.69 / 10922.67), warning: current allocated size is greater than the recommended max working set size",
+        "llama_new_context_with_model: kv self size  = 1600.00 MB",
+        "ggml_metal_graph_compute: command buffer 0 failed with status 5",
+        "GGML_ASSERT: ggml-metal.m:1177: false",
+    ]);
+    assert_eq!(kinds(&metal), [("cuda_oom", "llama.cpp", 3)]);
+    // …but without the warning the status alone (a timeout, a fault) is not.
+    assert!(found(&["ggml_metal_graph_compute: command buffer 0 failed with status 5"]).is_empty());
+    // …nor long after it.
+    let mut far = vec![
+        "ggml_metal_add_buffer: allocated 'data' buffer, size =   160.00 MB, (12018.69 / 10922.67), warning: current allocated size is greater than the recommended max working set size",
+    ];
+    far.extend(std::iter::repeat_n("llama_print_timings: eval time = 1.00 ms", 600));
+    far.push("ggml_metal_graph_compute: command buffer 0 failed with status 5");
+    assert!(parse_all(far).is_empty());
+    // OpenVINO's GPU plugin over what is left of an integrated GPU's share: its figures.
+    let ov = parse_all([
+        "2025-07-07T11:59:48Z deepseek-r1.server[17974]: [GPU] Exceeded max size of memory allocation: Required 8257536 bytes, already occupied : 7927400508 bytes, but available memory size is 7927406592 bytes",
+    ]);
+    assert_eq!(kinds(&ov), [("cuda_oom", "openvino", 1)]);
+    let f = &ov[0].fields;
+    assert_eq!((f.requested, f.capacity, f.free), (Some(8_257_536), Some(7_927_406_592), Some(6_084)));
+    // TVM's Relax VM (MLC-LLM): a buffer larger than its planned storage region.
+    let tvm = parse_all([
+        "[05:04:00] /x/3rdparty/tvm/src/runtime/relax_vm/memory_manager.cc:115: InternalError: Check failed: (offset + needed_size <= this->buffer.size) is false: storage allocation failure, attempted to allocate 16785408 at offset 0 in region that is 16777216bytes",
+    ]);
+    assert_eq!(kinds(&tvm), [("cuda_oom", "tvm", 1)]);
+    assert_eq!(tvm[0].fields.requested, Some(16_785_408));
+    // vLLM's start-up check wrapped by hand after `on startup`: one failure, its figures and
+    // the start-up phase from both lines.
+    let vllm = parse_all([
+        "ValueError: Free memory on device cuda:0 (30.12/31.84 GiB) on startup",
+        "is less than desired GPU memory utilization (0.95, 30.25 GiB).",
+    ]);
+    assert_eq!(kinds(&vllm), [("cuda_oom", "vllm", 1)]);
+    assert!(vllm[0].fields.requested.is_some() && vllm[0].fields.free.is_some(), "{:?}", vllm[0].fields);
+}

@@ -138,7 +138,7 @@ fn decorated_lines_give_the_same_events() {
     // A logger's level on every piece of a line a terminal's hard wrap cut (loguru's prefix on
     // each piece of these hard-wrapped pastes): each piece reads as the logger's own line — a
     // terminal adds no prefix to a piece — so the pieces are not joined.
-    const CHANGED: [(&str, &str); 15] = [
+    const CHANGED: [(&str, &str); 16] = [
         ("cupy-explosion-spacy-8093", "loguru"),
         ("jax-jax-ml-jax-788", "loguru"),
         ("jax-mlcommons-algorithmic-efficiency-137", "loguru"),
@@ -149,6 +149,7 @@ fn decorated_lines_give_the_same_events() {
         ("pytorch-huggingface-trl-3172", "an indent"),
         ("pytorch-huggingface-trl-3172", "a tab"),
         ("pytorch-qibin0506-llm-trainer-2", "loguru"),
+        ("tensorflow-tensorflow-nmt-303", "loguru"),
         ("tensorflow-xamyzhao-brainstorm-10", "loguru"),
         ("vllm-sergiiob-intel-arc-pro-b70-inference-cookbook-4", "loguru"),
         ("vllm-sergiiob-intel-arc-pro-b70-inference-cookbook-4", "an indent"),
@@ -194,7 +195,9 @@ fn hard_wrapped_records_keep_their_numbers_and_phase() {
     const WIDTH: usize = 100;
     // (85 since ollama's journal with a trailer line whose path the cut split, `…/github.com/ol` /
     // `lama/ollama/llm/llama.cpp/…`: the framework it names is read from the first piece only.)
-    const MOST_CHANGED: usize = 85;
+    // (91 with round 20's records: six of its pastes read other numbers cut at 100 columns —
+    // TensorRT-LLM's builder, a ComfyUI node, TensorFlow's allocator, three vLLM pastes.)
+    const MOST_CHANGED: usize = 91;
     let records = oomlens_corpus::load().expect("corpus");
     let what = |e: &ParsedOom| (e.fields.clone(), e.phase.as_ref().map(|p| p.phase));
     let mut changed = Vec::new();

@@ -63,13 +63,14 @@ const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm",
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 20;
+pub const RULES_VERSION: u32 = 21;
 
 /// The last [`RULES_VERSION`] that changed a verdict on the message alone (no samples, no job
-/// shape: what `oomlens explain` and the corpus see). Version 20 changed how samples are read
-/// (`single_huge_request` asks [`OomFeatures::took_before`]), not a message-only verdict, so the
-/// corpus's records collected after version 19 are still fresh for it.
-pub const MESSAGE_RULES_VERSION: u32 = 19;
+/// shape: what `oomlens explain` and the corpus see); the corpus counts a record fresh against
+/// it. Version 20 changed only how samples are read (`single_huge_request` asks
+/// [`OomFeatures::took_before`]); version 21 asks a refusal "while free" to leave
+/// [`FREE_SLACK_BYTES`] to spare, a message-only verdict.
+pub const MESSAGE_RULES_VERSION: u32 = 21;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -80,6 +81,12 @@ pub const OTHERS_ESTIMATED_SHARE: u64 = 25;
 /// Cached-but-free memory of at most this many bytes at a full GPU: only the allocator's rounding,
 /// it has freed nothing yet — as while the weights are loaded (every step frees its temporaries).
 pub const NO_FREES_BYTES: u64 = 64 << 20;
+
+/// Free memory the driver reports beyond a request that one allocation still cannot have (its
+/// page tables and bookkeeping, in 2 MiB pages): a request refused with less than this to spare
+/// met a full GPU, not a refusal while memory was free (real messages: `40.00 MiB` refused with
+/// `50.00 MiB free`).
+pub const FREE_SLACK_BYTES: u64 = 64 << 20;
 /// Cached-but-free memory counts as fragmentation when it is at least this share (percent) of the
 /// GPU: every real PyTorch OOM shows some cached slack; a fragmented cache holds a large part of
 /// the card.
@@ -501,8 +508,10 @@ fn facts(f: &OomFeatures) -> Facts {
         (Some(q), None) => q >= HUGE_REQUEST_BYTES,
         _ => false,
     };
-    // Rounding of the printed sizes (two decimals) and the allocator's 2 MiB rounding.
-    let free_covers = matches!((f.free_bytes, f.requested_bytes), (Some(fr), Some(q)) if fr >= q.saturating_add(2 * MIB).saturating_add(q / 100));
+    // Rounding of the printed sizes (two decimals), and what the driver's free figure holds that
+    // one allocation cannot have: its own page tables and bookkeeping in 2 MiB pages
+    // ([`FREE_SLACK_BYTES`]).
+    let free_covers = matches!((f.free_bytes, f.requested_bytes), (Some(fr), Some(q)) if fr >= q.saturating_add(FREE_SLACK_BYTES).saturating_add(q / 100));
     let numbers = cap.is_some() && (f.allocated_bytes.is_some() || f.reserved_bytes.is_some());
     let snapshot_fragmented = match (f.alloc_cached_free_bytes, f.alloc_largest_free_bytes, f.requested_bytes)
     {
@@ -1408,6 +1417,19 @@ mod tests {
             ..msg()
         };
         assert_eq!(rule(free.clone()), Rule::FreeButRefused);
+        // 10 MiB to spare is a full GPU (`Tried to allocate 40.00 MiB` with `50.00 MiB free`):
+        // the driver's free figure holds memory one allocation cannot have.
+        let full = EventEvidence {
+            requested_bytes: Some(40 * MIB),
+            allocated_bytes: Some(78 * GIB),
+            reserved_bytes: Some(78 * GIB),
+            process_used_bytes: Some(78 * GIB + 300 * MIB),
+            free_bytes: Some(50 * MIB),
+            ..msg()
+        };
+        assert_ne!(rule(full.clone()), Rule::FreeButRefused);
+        let spare = EventEvidence { free_bytes: Some(40 * MIB + FREE_SLACK_BYTES + MIB), ..full };
+        assert_eq!(rule(spare), Rule::FreeButRefused);
         // The device had the memory: a limit outside it, the host's first.
         let a = attribute(&feat(free.clone()));
         assert_eq!(a.scenario, HostOom);
