@@ -12,6 +12,7 @@
 //! | `sampler_warmup` | vLLM: `CUDA out of memory occurred when warming up sampler with N dummy requests` |
 //! | `max_num_seqs` | vLLM: `max_num_seqs (N) exceeds available Mamba cache blocks` |
 //! | `prefill_tokens` | TGI: `Not enough memory to handle N prefill tokens` |
+//! | `batch_pool` | early llama.cpp: `ggml_new_tensor_impl: not enough space in the context's memory pool (needed N, available M)` — its scratch pool was sized from the batch (`-b`, `n_batch`); a smaller batch fits |
 //! | `kv_pool` | SGLang: `Decode out of memory. Try to lower your batch size.` (also `Prefill …`): its KV-cache pool had no slots left for the running batch |
 //! | `mem_fraction_static` | SGLang: `Not enough memory. Please try to increase --mem-fraction-static` |
 //! | `graph_capture` | SGLang / vLLM: `Capture cuda graph failed` |
@@ -41,6 +42,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["whenwarmingupsampler"], "sampler_warmup"),
         (&["exceedsavailablemambacacheblocks"], "max_num_seqs"),
         (&["notenoughmemorytohandle", "prefilltokens"], "prefill_tokens"),
+        (&["notenoughspaceinthe", "memorypool(needed"], "batch_pool"),
         (&["decodeoutofmemory.trytoloweryourbatchsize"], "kv_pool"),
         (&["prefilloutofmemory.trytoloweryourbatchsize"], "kv_pool"),
         (&["--mem-fraction-static"], "mem_fraction_static"),

@@ -63,14 +63,15 @@ const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm",
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 21;
+pub const RULES_VERSION: u32 = 22;
 
 /// The last [`RULES_VERSION`] that changed a verdict on the message alone (no samples, no job
 /// shape: what `oomlens explain` and the corpus see); the corpus counts a record fresh against
 /// it. Version 20 changed only how samples are read (`single_huge_request` asks
 /// [`OomFeatures::took_before`]); version 21 asks a refusal "while free" to leave
-/// [`FREE_SLACK_BYTES`] to spare, a message-only verdict.
-pub const MESSAGE_RULES_VERSION: u32 = 21;
+/// [`FREE_SLACK_BYTES`] to spare, version 22 reads early llama.cpp's full context pool as its
+/// batch's (`batch_pool`): message-only verdicts.
+pub const MESSAGE_RULES_VERSION: u32 = 22;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -560,7 +561,9 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
         }
         "startup_free_memory" => return Rule::StartupFreeMemory,
         "cache_blocks" => return Rule::NoCacheBlocks,
-        "sampler_warmup" | "max_num_seqs" | "prefill_tokens" | "kv_pool" => return Rule::BatchBudget,
+        "sampler_warmup" | "max_num_seqs" | "prefill_tokens" | "kv_pool" | "batch_pool" => {
+            return Rule::BatchBudget;
+        }
         "batch_search_exhausted" => return Rule::BatchSearchExhausted,
         _ => {}
     }
@@ -1507,6 +1510,7 @@ mod tests {
             ("cache_blocks", Rule::NoCacheBlocks),
             ("prefill_tokens", Rule::BatchBudget),
             ("kv_pool", Rule::BatchBudget),
+            ("batch_pool", Rule::BatchBudget),
             ("batch_search_exhausted", Rule::BatchSearchExhausted),
         ] {
             let e = EventEvidence {
