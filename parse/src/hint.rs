@@ -51,7 +51,8 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["llama_model_load"], "model_load"),
         (&["unabletoallocatecuda0buffer"], "model_load"),
         (&["makesureyouhaveenoughgpuramtofitthequantizedmodel"], "model_load"),
-        (&["insufficientvramformodelandcache"], "model_load"),
+        // ExLlama: `Insufficient VRAM for model and cache` (v2), `… in split for model and cache` (v3).
+        (&["insufficientvram", "formodelandcache"], "model_load"),
         (&["failedtoallocatebufferforkvcache"], "context_alloc"),
         (&["failedtoallocatecomputebuffers"], "context_alloc"),
         (&["failedtoallocatecomputeppbuffers"], "context_alloc"),

@@ -176,7 +176,9 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
     ("llama_kv_cache_init:", Phase::Load, "KV-cache allocation at context creation"),
     ("failedtoallocatecomputebuffers", Phase::Load, "compute-buffer reservation at context creation"),
     ("failedtoallocatecomputeppbuffers", Phase::Load, "compute-buffer reservation at context creation"),
-    ("insufficientvramformodelandcache", Phase::Load, "model and cache placed at load"),
+    // ExLlama's `Insufficient VRAM [in split] for model and cache`.
+    ("vramformodelandcache", Phase::Load, "model and cache placed at load"),
+    ("vraminsplitformodelandcache", Phase::Load, "model and cache placed at load"),
     ("toolargefortheavailablevram", Phase::Load, "context sized at load"),
     ("loadingcheckpointshards", Phase::Load, "loading checkpoint shards"),
     ("loadingmodelweights", Phase::Load, "loading model weights"),

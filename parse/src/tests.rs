@@ -1625,4 +1625,13 @@ fn formats_of_round_20() {
     ]);
     assert_eq!(kinds(&vllm), [("cuda_oom", "vllm", 1)]);
     assert!(vllm[0].fields.requested.is_some() && vllm[0].fields.free.is_some(), "{:?}", vllm[0].fields);
+    // ExLlama v3's wording of its load-time check names the model's placement as v2's does.
+    for line in [
+        "RuntimeError: Insufficient VRAM for model and cache",
+        "RuntimeError: Insufficient VRAM in split for model and cache",
+    ] {
+        let e = parse_all([line]);
+        assert_eq!((e.len(), e[0].hint), (1, Some("model_load")), "{line}");
+        assert_eq!(e[0].phase.as_ref().map(|p| p.phase), Some(crate::Phase::Load), "{line}");
+    }
 }
