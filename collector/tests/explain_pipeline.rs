@@ -104,18 +104,9 @@ async fn explain_and_the_pipeline_agree_on_every_labelled_message() {
     let want: usize = expected.values().map(Vec::len).sum::<usize>() + kernel_expected.len();
 
     let db = client(&ch.url());
-    let count = || async {
-        db.query("SELECT count() FROM oomlens.oom_events WHERE node = ?")
-            .bind(node)
-            .fetch_one::<u64>()
-            .await
-            .unwrap()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while tokio::time::Instant::now() < deadline && (count().await as usize) < want {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    eprintln!("stored {} of {want} after {:?}", count().await, deadline - tokio::time::Instant::now());
+    let started = tokio::time::Instant::now();
+    let stored = wait_for_events(&db, node, want, Duration::from_secs(90)).await;
+    eprintln!("stored {stored} of {want} after {:?}", started.elapsed());
     let _ = stop_agent.send(true);
     tokio::time::timeout(Duration::from_secs(60), agent).await.unwrap().unwrap().unwrap();
     eprintln!("agent stopped");

@@ -106,21 +106,11 @@ async fn replay_and_score(spool: &Path) -> Vec<Scored> {
     let agent = tokio::spawn(oomlens_agent::runner::run_agent(cfg.finish().unwrap(), stop_rx));
 
     let db = client(&ch.url());
-    let stored = || async {
-        db.query("SELECT count() FROM oomlens.oom_events WHERE node = ?")
-            .bind(NODE)
-            .fetch_one::<u64>()
-            .await
-            .unwrap()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while tokio::time::Instant::now() < deadline && (stored().await as usize) < events.len() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_events(&db, NODE, events.len(), Duration::from_secs(60)).await;
     let _ = stop_agent.send(true);
     tokio::time::timeout(Duration::from_secs(60), agent).await.unwrap().unwrap().unwrap();
     collector.shutdown().await;
-    assert_eq!(stored().await as usize, events.len(), "every spooled event is stored once");
+    assert_eq!(stored_events(&db, NODE).await as usize, events.len(), "every spooled event is stored once");
     let samples = count(&db, "SELECT count() FROM oomlens.gpu_samples WHERE node = 'gpu-check'").await;
     assert!(samples > 0, "the NVML samples are stored");
 

@@ -638,8 +638,7 @@ fn cuda_runtime(c: &str) -> bool {
         // device is M bytes.`, or over what is left: `[GPU] Exceeded max size of memory
         // allocation: Required N bytes, already occupied : O bytes, but available memory size is
         // A bytes`.
-        || has(c, "[gpu]exceededmaxsizeofmemoryobjectallocation")
-        || has(c, "[gpu]exceededmaxsizeofmemoryallocation:required")
+        || has(c, "[gpu]exceededmaxsizeofmemory")
         // TVM's Relax VM (MLC-LLM) whose planned storage is too small for a buffer: `storage
         // allocation failure, attempted to allocate N at offset 0 in region that is M bytes`.
         || (has(c, "storageallocationfailure") && has(c, "attemptedtoallocate"))
@@ -885,8 +884,7 @@ pub fn continues(family: Family, c: &str, o: &Origin, event_pid: Option<u32>) ->
                 || c.starts_with("decreasegpumemoryutilization")
                 // The start-up check's second half, when a hand wrapped it after `on startup`
                 // (or after its `is`).
-                || c.starts_with("islessthandesiredgpumemoryutilization")
-                || c.starts_with("lessthandesiredgpumemoryutilization")
+                || c.strip_prefix("is").unwrap_or(c).starts_with("lessthandesiredgpumemoryutilization")
         }
         Family::Jax | Family::Cupy | Family::Accelerate | Family::Serving | Family::Host => false,
     }

@@ -177,8 +177,7 @@ const MESSAGE: &[(&str, Phase, &str)] = &[
     ("failedtoallocatecomputebuffers", Phase::Load, "compute-buffer reservation at context creation"),
     ("failedtoallocatecomputeppbuffers", Phase::Load, "compute-buffer reservation at context creation"),
     // ExLlama's `Insufficient VRAM [in split] for model and cache`.
-    ("vramformodelandcache", Phase::Load, "model and cache placed at load"),
-    ("vraminsplitformodelandcache", Phase::Load, "model and cache placed at load"),
+    ("formodelandcache", Phase::Load, "model and cache placed at load"),
     ("toolargefortheavailablevram", Phase::Load, "context sized at load"),
     ("loadingcheckpointshards", Phase::Load, "loading checkpoint shards"),
     ("loadingmodelweights", Phase::Load, "loading model weights"),

@@ -201,6 +201,27 @@ pub async fn count(ch: &clickhouse::Client, sql: &str) -> u64 {
     ch.query(sql).fetch_one::<u64>().await.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// The OOM events stored for `node`.
+pub async fn stored_events(ch: &clickhouse::Client, node: &str) -> u64 {
+    ch.query("SELECT count() FROM oomlens.oom_events WHERE node = ?")
+        .bind(node)
+        .fetch_one::<u64>()
+        .await
+        .unwrap_or_else(|e| panic!("counting the events of {node}: {e}"))
+}
+
+/// Polls until at least `want` OOM events of `node` are stored or `timeout` passes; the count.
+pub async fn wait_for_events(ch: &clickhouse::Client, node: &str, want: usize, timeout: Duration) -> u64 {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let n = stored_events(ch, node).await;
+        if n as usize >= want || tokio::time::Instant::now() >= deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 pub fn client(url: &str) -> clickhouse::Client {
     clickhouse::Client::default().with_url(url).with_validation(false)
 }
