@@ -24,12 +24,11 @@ fn fixture() -> PathBuf {
     repo_root().join("collector/tests/fixtures/h200")
 }
 
-/// One job of the run: its log file, the cause it was built to have, plain or under the hook.
+/// One job of the run: its log file and the cause it was built to have.
 #[derive(Debug, Clone)]
 struct Job {
     log: String,
     truth: String,
-    variant: String,
 }
 
 fn jobs() -> Vec<Job> {
@@ -38,7 +37,7 @@ fn jobs() -> Vec<Job> {
         .skip(1)
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            Job { log: f[0].to_owned(), truth: f[1].to_owned(), variant: f[2].to_owned() }
+            Job { log: f[0].to_owned(), truth: f[1].to_owned() }
         })
         .collect()
 }
@@ -189,22 +188,17 @@ fn fixture_spool(dir: &Path) -> PathBuf {
     spool
 }
 
-/// The spool as the H200's agent wrote it.
+/// The spool as the H200's agent wrote it. Every GPU failure knows its process (a pid-less line
+/// is paired with the process that exited holding what it says it held, or with NVML's vanished
+/// process, or with the hook's report), has that process's samples, and is attributed to the
+/// cause its job was built to have — plain and under the hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_real_gpus_failures_replayed_from_its_spool() {
     let dir = tempfile::tempdir().unwrap();
     let scored = replay_and_score(&fixture_spool(dir.path())).await;
-    // That agent predates the exit pairing: two plain lines (large requests refused short of the
-    // vanish threshold) kept no pid. Under the hook (phase, job shape, allocator summary) every
-    // cause is named; of the plain jobs all but the GPT's batch, whose pid-less line has no
-    // samples: the message alone (static 40 %, batch an alternative).
-    assert_eq!(scored.iter().filter(|s| s.gpu_pid).count(), 14, "GPU failures that know their pid");
-    assert!(scored.iter().filter(|s| s.job.variant == "hook").all(|s| s.right), "every hooked job right");
+    assert_eq!(scored.iter().filter(|s| s.gpu_pid).count(), 16, "every GPU failure knows its process");
     let wrong: Vec<&str> = scored.iter().filter(|s| !s.right).map(|s| s.line.as_str()).collect();
-    assert!(
-        wrong.len() <= 1 && wrong.iter().all(|l| l.starts_with("plain-batch_lm.log")),
-        "attributed wrongly: {wrong:#?}"
-    );
+    assert!(wrong.is_empty(), "attributed wrongly: {wrong:#?}");
 }
 
 /// The parser on the run's logs: one failure in each job's log, none in the tenants' (processes
@@ -255,47 +249,15 @@ fn the_parser_finds_each_failure_of_the_real_run_once() {
     }
 }
 
-/// The run's NVML readings and its two pid-less lines through today's event stage, then through
-/// the pipeline. The fixture's agent predates the exit pairing: the GPT's batch (15.6 GiB refused
-/// at 93.7 % used) and the long context (128 GiB at 94.7 %) were stored without a pid. Fed the
-/// same readings in order, with each line at its time, the stage gives each line the pid whose
-/// last reading matches its "this process has X in use"; the spool rewritten with those two
-/// events is replayed and scored: every GPU failure then has its process and its samples.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_runs_pidless_lines_find_their_process_among_the_exits() {
-    use oomlens_agent::pipeline::event_stage::EventStage;
-    use oomlens_agent::source::Reading;
-    use oomlens_agent::spool::{RowCounts, segment};
+/// How each of the run's GPU failures found its process, as the agent stored it. A plain job's line
+/// carries no pid; the agent pairs it with NVML's vanished process (a process last seen at the
+/// vanish threshold), with the hook's report of the same failure, or — for a large request refused
+/// short of the threshold — with the process that exited holding what the line says it held
+/// (`merged.from = process_exit`): the GPT's batch (15.6 GiB refused at 93.7 % used) and the long
+/// context (128 GiB refused at 94.7 %) on the run recorded before that pairing had no pid.
+#[test]
+fn the_runs_lines_found_their_process_live() {
     let batches = spooled_batches(&fixture().join("spool"));
-    let mut readings: BTreeMap<i64, Reading> = BTreeMap::new();
-    let mut seen_gpu = std::collections::BTreeSet::new();
-    let mut seen_proc = std::collections::BTreeSet::new();
-    let mut lines = Vec::new();
-    for (_, b) in &batches {
-        for g in &b.gpu_samples {
-            if seen_gpu.insert((g.gpu_index, g.ts_ms)) {
-                readings.entry(g.ts_ms).or_default().gpu_samples.push(g.clone());
-            }
-        }
-        for p in &b.process_samples {
-            if seen_proc.insert((p.gpu_index, p.pid, p.ts_ms)) {
-                readings.entry(p.ts_ms).or_default().process_samples.push(p.clone());
-            }
-        }
-        lines.extend(b.events.iter().filter(|e| e.pid.is_none() && e.kind.as_str() == "cuda_oom").cloned());
-    }
-    assert_eq!(lines.len(), 2, "the two lines the fixture's agent stored without a pid");
-    for e in &lines {
-        let r = readings.entry(e.ts_ms).or_default();
-        r.ts_ms = Some(e.ts_ms);
-        r.events.push(e.clone());
-    }
-    let mut stage = EventStage::new(95.0, 10_000, 1024, None);
-    let mut out = Vec::new();
-    for (_, mut r) in readings {
-        out.extend(stage.on_reading(&mut r));
-    }
-    out.extend(stage.drain());
     let last_used = |pid: u32| {
         batches
             .iter()
@@ -304,41 +266,19 @@ async fn the_runs_pidless_lines_find_their_process_among_the_exits() {
             .max_by_key(|p| p.ts_ms)
             .and_then(|p| p.used_bytes)
     };
-    let mut merged = BTreeMap::new();
-    for line in &lines {
-        let e = out.iter().find(|e| e.event_id == line.event_id).unwrap();
-        let pid = e.pid.unwrap_or_else(|| panic!("no pid for {:.200}", e.raw_message));
+    let mut by_exit = 0;
+    let failures: Vec<_> =
+        batches.iter().flat_map(|(_, b)| b.events.iter()).filter(|e| e.kind.as_str() == "cuda_oom").collect();
+    assert_eq!(failures.len(), 16, "one GPU event per failing job");
+    for e in failures {
         let from = e.labels.iter().find(|l| l.key == "merged.from").map(|l| l.value.as_str());
-        assert_eq!(from, Some("process_exit"));
-        let (said, read) = (line.process_used_bytes.unwrap(), last_used(pid).unwrap());
-        assert!(said.abs_diff(read) < 64 << 20, "pid {pid}: the line says {said} B, NVML read {read} B");
-        println!("line of {said} B → pid {pid} (NVML's last reading {read} B)");
-        merged.insert(e.event_id, e.clone());
-    }
-
-    // The spool again, with those two events as today's agent sends them.
-    let dir = tempfile::tempdir().unwrap();
-    let spool = fixture_spool(dir.path());
-    let files = segment_files(&spool);
-    assert_eq!(files.len(), 1, "the fixture's spool is one segment");
-    let mut bytes = Vec::new();
-    for (seq, mut b) in batches {
-        for e in &mut b.events {
-            if let Some(m) = merged.get(&e.event_id) {
-                *e = m.clone();
-            }
+        let pid = e.pid.unwrap_or_else(|| panic!("no pid for {:.200}", e.raw_message));
+        println!("{:<6} pid {pid:<6} merged from {from:?}", e.source.as_str());
+        if from == Some("process_exit") {
+            by_exit += 1;
+            let (said, read) = (e.process_used_bytes.unwrap(), last_used(pid).unwrap());
+            assert!(said.abs_diff(read) < 64 << 20, "pid {pid}: the line says {said} B, NVML read {read} B");
         }
-        let header = segment::RecordHeader { seq, rows: RowCounts::of(&b) };
-        let frame = oomlens_schema::Frame::Batch(b).encode().unwrap();
-        segment::encode_record(&header, &frame, &mut bytes).unwrap();
     }
-    std::fs::write(&files[0], bytes).unwrap();
-    let scored = replay_and_score(&spool).await;
-    assert_eq!(scored.iter().filter(|s| s.gpu_pid).count(), 16, "every GPU failure knows its process");
-    // With its samples the GPT's batch is read right (a training step: batch 75 %), and so is the
-    // long context: its refused 128 GiB is twice the most the process took at once (64 GiB, the
-    // shorter context's step) and as large as all it held — new, not a step that came back
-    // (`OomFeatures::took_before`; docs/attribution.md, "A real GPU").
-    let wrong: Vec<&str> = scored.iter().filter(|s| !s.right).map(|s| s.line.as_str()).collect();
-    assert!(wrong.is_empty(), "attributed wrongly: {wrong:#?}");
+    assert_eq!(by_exit, 2, "the two large requests refused short of the threshold: paired by the exit");
 }
