@@ -131,7 +131,9 @@ fn real_messages_are_attributed_to_their_established_cause() {
 #[test]
 fn hard_wrapped_messages_keep_their_verdicts() {
     const WIDTH: usize = 100;
-    const MOST_CHANGED: usize = 22;
+    // (11 since a line that fills the width is read with its piece wherever the cut split the
+    // failure's words: 14 before.)
+    const MOST_CHANGED: usize = 11;
     let verdict = |text: &str, expect: &str| {
         explain_text(text)
             .into_iter()
@@ -161,8 +163,9 @@ fn hard_wrapped_messages_keep_their_verdicts() {
         }
     }
     println!(
-        "hard-wrapped at {WIDTH} columns: {right_wrapped} right (unwrapped {right}), {} verdicts changed",
-        changed.len()
+        "hard-wrapped at {WIDTH} columns: {right_wrapped} right (unwrapped {right}), {} verdicts changed: {}",
+        changed.len(),
+        changed.join(" ")
     );
     assert!(changed.len() <= MOST_CHANGED, "{} changed: {}", changed.len(), changed.join(" "));
 }

@@ -69,7 +69,10 @@
 //! continues that event. A word wrap's pieces are also joined with a space where a host
 //! symptom's words or a frame line need it (`… DefaultCPUAllocator: not` / `enough memory`). The pieces
 //! of a cut frame line stay in the traceback and are joined again before the phase is read
-//! (`frames::readable`).
+//! (`frames::readable`). Any line that fills a terminal's width is held for one line: a piece
+//! after it that starts nothing on its own is read with it when a program's own rule (not a
+//! last-resort wording) reads the two together and not apart — the cut split the failure's words
+//! wherever it fell (`… pooled_storage_ma` / `nager.h:84: cudaMalloc failed: out of mem`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
@@ -622,6 +625,11 @@ struct Held {
     origin: Origin,
     /// The width of its last piece, in characters.
     width: usize,
+    /// Held for its words: it ends in a colon, speaks of a failure or ends inside one of
+    /// [`WRAPPED_WORDS`] ([`may_wrap_failure`]). A line held only because it fills a terminal's
+    /// width is read with the next one only when the two make a program's own failure
+    /// ([`LogParser::feed`]'s wide cut), never one of the last-resort wordings.
+    words: bool,
 }
 
 impl Held {
@@ -647,12 +655,17 @@ impl Held {
     }
 }
 
+/// True when a line fills a terminal's width: at least [`MIN_WRAP_WIDTH`] characters before its
+/// trailing blanks.
+fn fills_width(raw: &str) -> bool {
+    raw.len() >= MIN_WRAP_WIDTH && raw.trim_end().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
+}
+
 /// True when a long line (`raw`, compact `c`) may be the first part of a failure a terminal
 /// hard-wrapped: at least [`MIN_WRAP_WIDTH`] characters, and it speaks of a failure or ends inside
 /// one of [`WRAPPED_WORDS`] ([`wrapped_failure`] decides with the next line).
 fn may_wrap_failure(raw: &str, c: &str) -> bool {
-    raw.len() >= MIN_WRAP_WIDTH
-        && raw.trim_end().chars().nth(MIN_WRAP_WIDTH - 1).is_some()
+    fills_width(raw)
         && (FAILURE_WORDS.iter().any(|w| c.contains(w))
             || WRAPPED_WORDS.iter().any(|w| (1..w.len()).any(|k| c.ends_with(&w[..k])))
             || c.ends_with(DEVICE_MEMORY_CUT.0))
@@ -666,6 +679,16 @@ fn may_wrap_failure(raw: &str, c: &str) -> bool {
 /// mode`) would lend a warning after it a failure it does not report.
 fn wrapped_failure(head: &str, next: &str) -> bool {
     FAILURE_WORDS.iter().any(|w| head.contains(w)) || words_cut(head, next)
+}
+
+/// True when a held line and the next read as a failure even with the two kept apart (compact
+/// `head_c` and `c`, bodies `head_body` and `raw` joined with a separator no word runs across):
+/// the failure's words are not the ones a cut split, so a long line of other words before it
+/// (`loaded partially; … lowvram patches: 0`) is not taken as its first part.
+fn reads_apart(head_c: &str, c: &str, head_body: &str, raw: &str) -> bool {
+    const APART: char = '\u{1}';
+    frameworks::detect(&format!("{head_c}{APART}{c}")).is_some()
+        || host::detect(&format!("{head_body}{APART}{raw}")).is_some()
 }
 
 /// True when one of [`WRAPPED_WORDS`] runs across the end of compact `head` into compact `next`
@@ -1242,9 +1265,10 @@ pub struct LogParser {
     profile: Option<(u64, String)>,
     /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
     timed_out: VecDeque<u32>,
-    /// The previous line when it started nothing and ended in a colon or may be a failure's
-    /// first part (`may_wrap_failure`): a head whose message a hard wrap moved to the next line
-    /// (`…State.hs:86 (unhandled): CUDA Exception:` / `out of memory`).
+    /// The previous line when it started nothing and ended in a colon or filled a terminal's width
+    /// (`Held::words` when it may be a failure's first part, `may_wrap_failure`): a head whose
+    /// message a hard wrap moved to the next line (`…State.hs:86 (unhandled): CUDA Exception:` /
+    /// `out of memory`).
     head: Option<Held>,
     /// The indentation of a traceback header that was indented (a paste inside a list, a log
     /// quoted with spaces): removed from the lines after it while they have it, so that its
@@ -1404,20 +1428,15 @@ impl LogParser {
         // `… ggml_backend_cuda_buffer_type_alloc_buffer: allocating 422`) is read with it even when
         // its own words name a failure: the program that printed it (or the process, in its
         // prefix) is named before the cut.
+        let piece_of = |h: &Held| {
+            let head_body = prefix::strip(&h.raw).0;
+            let start: String = head_body.trim_start().chars().take(START_SHAPE).collect();
+            wrap_piece(lead(&h.raw, head_body).unwrap_or_default(), &start, &h.origin, raw, body, &origin)
+                .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+        };
         let cut_tail = family.is_some()
             && head.as_ref().is_some_and(|h| {
-                let head_body = prefix::strip(&h.raw).0;
-                let start: String = head_body.trim_start().chars().take(START_SHAPE).collect();
-                h.raw.trim_end().ends_with(|c: char| c.is_ascii_alphanumeric())
-                    && wrap_piece(
-                        lead(&h.raw, head_body).unwrap_or_default(),
-                        &start,
-                        &h.origin,
-                        raw,
-                        body,
-                        &origin,
-                    )
-                    .is_some_and(|lead| h.width.saturating_sub(lead) >= MIN_WRAP_WIDTH)
+                h.words && h.raw.trim_end().ends_with(|c: char| c.is_ascii_alphanumeric()) && piece_of(h)
             })
             && body.trim_start().starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
             && family.zip(head.as_ref()).is_some_and(|(alone, h)| {
@@ -1426,15 +1445,25 @@ impl LogParser {
                 // memory. …`).
                 joined_says_more(&h.c, &c, alone) || (h.origin.pid.is_some() && origin.pid.is_none())
             });
+        // A line that starts nothing (or only a last-resort reading) after a line that filled a
+        // terminal's width, decorated as its piece: the two may be one line whose failure words
+        // the cut split anywhere (MXNet's `… pooled_storage_ma` / `nager.h:84: cudaMalloc failed:
+        // out of mem`, `kubectl`'s `… 0/1     OO` / `MKilled`) — read together, and kept only when
+        // a program's own rule reads them and only across the cut (`reads_apart`).
+        let wide_cut = generic_only && head.as_ref().is_some_and(piece_of);
+        // The held line and this one as a wrap by their words: this one starts nothing, or is the
+        // tail of the held one, or a failure's words run across the cut.
+        let by_words = |head_raw: &str, head_c: &str| {
+            (family.is_none() || looks_like_tail(prefix::strip(head_raw).0, body) || words_cut(head_c, &c))
+                && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(head_c, &c))
+        };
         let wrapped = match (generic_only || cut_tail, &head) {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
                 if test_line.is_none()
                     && head_origin.compatible(&origin)
-                    && (family.is_none()
-                        || looks_like_tail(prefix::strip(head_raw).0, body)
-                        || words_cut(head_c, &c))
-                    && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(head_c, &c)) =>
+                    && (by_words(head_raw, head_c) || wide_cut) =>
             {
+                let by_words = by_words(head_raw, head_c);
                 // A device failure's words, else a host symptom's (matched on the line as it was
                 // before the wrap: the head's body and this line's text).
                 let joined_c = format!("{head_c}{c}");
@@ -1458,7 +1487,9 @@ impl LogParser {
                             .map(|s| (Family::Host, Some(s)))
                     })
                     .filter(|(f, s)| {
-                        !(quiet_level(head_origin) && generic_reading(*f, s.as_ref(), &joined_c))
+                        !((quiet_level(head_origin) || !by_words)
+                            && generic_reading(*f, s.as_ref(), &joined_c))
+                            && (by_words || !reads_apart(head_c, &c, prefix::strip(head_raw).0, raw))
                     })
                     .map(|(f, s)| (f, s, *number, head_raw.clone(), head_c.clone(), head_origin.clone()))
             }
@@ -1469,16 +1500,14 @@ impl LogParser {
             // The middle piece of a line a terminal cut into three or more: held with the
             // pieces before it, for the next piece to complete.
             self.head = Some(held.extended(raw, &c));
-        } else if starts_nothing
-            && c.len() <= MAX_HEAD_BYTES
-            && (c.ends_with(':') || may_wrap_failure(raw, &c))
-        {
+        } else if starts_nothing && c.len() <= MAX_HEAD_BYTES && (fills_width(raw) || c.ends_with(':')) {
             self.head = Some(Held {
                 line: self.line,
                 raw: raw.to_owned(),
                 c: c.clone(),
                 origin: origin.clone(),
                 width: raw.chars().count(),
+                words: c.ends_with(':') || may_wrap_failure(raw, &c),
             });
         }
         if let Some((family, wrapped_symptom, number, head_raw, head_c, head_origin)) = wrapped {

@@ -197,7 +197,9 @@ fn hard_wrapped_records_keep_their_numbers_and_phase() {
     // `lama/ollama/llm/llama.cpp/…`: the framework it names is read from the first piece only.)
     // (91 with round 20's records: six of its pastes read other numbers cut at 100 columns —
     // TensorRT-LLM's builder, a ComfyUI node, TensorFlow's allocator, three vLLM pastes.)
-    const MOST_CHANGED: usize = 91;
+    // (86 since a line that fills the width is read with its piece wherever the cut split the
+    // failure's words.)
+    const MOST_CHANGED: usize = 86;
     let records = oomlens_corpus::load().expect("corpus");
     let what = |e: &ParsedOom| (e.fields.clone(), e.phase.as_ref().map(|p| p.phase));
     let mut changed = Vec::new();
@@ -225,7 +227,10 @@ fn hard_wrapped_records_keep_their_numbers_and_phase() {
 #[test]
 fn hard_wrapped_records_keep_their_event() {
     const WIDTH: usize = 100;
-    const MOST_LOST: usize = 9;
+    // (5 since a line that fills the width is read with its piece wherever the cut split the
+    // failure's words — MXNet's `pooled_storage_ma` / `nager.h`, `kubectl`'s `OO` / `MKilled`: 9
+    // before.)
+    const MOST_LOST: usize = 5;
     let records = oomlens_corpus::load().expect("corpus");
     let mut lost = Vec::new();
     for r in records.iter().filter(|r| r.expect != "none") {
