@@ -32,7 +32,7 @@ use super::text::has;
 /// The hint of a message whose compact text is `c`, if any.
 pub fn message_hint(c: &str) -> Option<&'static str> {
     const HINTS: &[(&[&str], &str)] = &[
-        (&["islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache"], "kv_cache"),
+        (&[super::frameworks::VLLM_KV_CHECK], "kv_cache"),
         (&["toserveatleastonerequestwiththe", "kvcacheisneeded"], "kv_cache"),
         (&["insufficientgpumemory", "kvcache"], "kv_cache"),
         (&["maxtokensinpagedkvcachemustbelargeenough"], "kv_cache"),

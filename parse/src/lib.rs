@@ -1070,6 +1070,13 @@ impl Pending {
             || (family == Family::Ggml && self.llama_host_buffer())
             // The TPU compiler's account of the memory after its headline.
             || (self.family == Family::Jax && family == Family::Jax && frameworks::tpu_usage_summary(c))
+            // A paste that begins at TensorFlow's OOM advice (the trailer of an error cut off
+            // above it), then the error's next root error: one failure.
+            || (self.family == Family::TfTensor
+                && family == Family::TfTensor
+                && frameworks::tf_oom_hint(&self.compact)
+                && !self.compact.contains("resourceexhausted")
+                && !self.compact.contains("oomwhenallocating"))
     }
 
     /// True when this event is so far only the headline of a PyTorch OOM — its message's lines
@@ -1261,6 +1268,10 @@ pub struct LogParser {
     /// The parser's counter at llama.cpp's last Metal warning that its buffers passed the GPU's
     /// recommended working set ([`METAL_OVER_BUDGET`]).
     metal_over_budget: Option<u64>,
+    /// When (lines fed) the last device failure started: TensorFlow's OOM advice within
+    /// [`TRAILER_LINES`] of it is that failure's trailer, not a failure of its own
+    /// (`frameworks::tf_oom_hint`).
+    device_failure_at: Option<u64>,
     /// The last serving-engine memory-profiling line: (line number, compact text).
     profile: Option<(u64, String)>,
     /// Workers gunicorn reported timed out (the newest [`MAX_TIMED_OUT`]): it kills them itself.
@@ -1293,6 +1304,10 @@ const METAL_OVER_BUDGET: &str = "warning:currentallocatedsizeisgreaterthan";
 /// consequence.
 const METAL_BUDGET_LINES: u64 = 500;
 
+/// Lines after a device failure's start within which TensorFlow's OOM advice is that failure's
+/// trailer (its traceback and the error printed again by Python may lie between).
+const TRAILER_LINES: u64 = 500;
+
 impl LogParser {
     /// A Metal command buffer that failed (`ggml_metal_graph_compute: command buffer 0 failed with
     /// status 5`, `MTLCommandBufferStatusError`) after llama.cpp warned that its buffers passed
@@ -1303,6 +1318,17 @@ impl LogParser {
         let warned = self.metal_over_budget.is_some_and(|at| fed.saturating_sub(at) <= METAL_BUDGET_LINES);
         (warned && c.contains("ggml_metal_graph_compute:commandbuffer") && c.contains("failedwithstatus5"))
             .then_some(Family::Ggml)
+    }
+
+    /// The family of the device failure compact line `c` (fed as line `fed`) starts
+    /// (`frameworks::detect`) — but not TensorFlow's OOM advice within [`TRAILER_LINES`] of a
+    /// device failure's start: the trailer of that failure.
+    fn device_failure(&self, c: &str, fed: u64) -> Option<Family> {
+        let trailer = || {
+            frameworks::tf_oom_hint(c)
+                && self.device_failure_at.is_some_and(|at| fed.saturating_sub(at) <= TRAILER_LINES)
+        };
+        frameworks::detect(c).filter(|_| !trailer())
     }
 
     /// A parser at line 0.
@@ -1398,7 +1424,7 @@ impl LogParser {
         };
         let family = (!read_c.is_empty() && !raise_source(body))
             .then(|| {
-                frameworks::detect(&read_c)
+                self.device_failure(&read_c, fed)
                     .or_else(|| bfc_dump(&origin, raw, &read_c))
                     .or_else(|| driver_alloc(&origin, &read_c))
                     .or_else(|| self.metal_failed_over_budget(&read_c, fed))
@@ -1467,7 +1493,7 @@ impl LogParser {
                 // A device failure's words, else a host symptom's (matched on the line as it was
                 // before the wrap: the head's body and this line's text).
                 let joined_c = format!("{head_c}{c}");
-                frameworks::detect(&joined_c)
+                self.device_failure(&joined_c, fed)
                     .map(|f| (f, None))
                     .or_else(|| {
                         // Cut inside a word by a terminal's hard wrap, or at a space by a word
@@ -1626,6 +1652,9 @@ impl LogParser {
     ) {
         let c = line.c;
         let fed = self.fed;
+        if family != Family::Host {
+            self.device_failure_at = Some(fed);
+        }
         // The same failure printed again by another layer joins the open event.
         if let Some(p) = self.pending.iter_mut().rev().find(|p| {
             p.origin.compatible(&origin)
@@ -1697,7 +1726,11 @@ impl LogParser {
             // PaddlePaddle's operator reporting its allocator's exception awaits the message
             // (`… raises an exception paddle::memory::allocation::BadAlloc,`, `The exception
             // content is`, a blank line, `Out of memory error on GPU 0. Cannot allocate …`).
-            complete: !matches!(family, Family::Torch | Family::Bfc) && !frameworks::paddle_report_head(c),
+            // TensorFlow's OOM advice alone (a paste begun after its error) awaits the error's next
+            // root error (`announces`).
+            complete: !matches!(family, Family::Torch | Family::Bfc)
+                && !frameworks::paddle_report_head(c)
+                && !frameworks::tf_oom_hint(c),
             signature: String::new(),
             fed_start: self.fed,
             host: None,

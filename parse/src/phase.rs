@@ -158,11 +158,7 @@ pub(crate) fn signature_line(line: &str) -> Option<(Phase, String)> {
 
 /// Message words (compact form, see `text::compact`) that place the failure, and their phase.
 const MESSAGE: &[(&str, Phase, &str)] = &[
-    (
-        "islargerthanthemaximumnumberoftokensthatcanbestoredinkvcache",
-        Phase::Load,
-        "KV-cache check at engine start-up",
-    ),
+    (crate::frameworks::VLLM_KV_CHECK, Phase::Load, "KV-cache check at engine start-up"),
     ("noavailablememoryforthecacheblocks", Phase::Load, "KV-cache allocation at engine start-up"),
     ("onstartupislessthandesiredgpumemoryutilization", Phase::Load, "free-memory check at engine start-up"),
     ("toserveatleastonerequestwiththe", Phase::Load, "KV-cache check at engine start-up"),

@@ -703,6 +703,39 @@ fn framework_by_wording() {
 
 /// TensorFlow's driver wrapper at its own source line means a refused device allocation, even when
 /// the paste ends in the middle of it.
+/// TensorFlow's OOM advice (`Hint: If you want to see a list of allocated tensors when OOM
+/// happens, …`) is printed only with its OOM error: alone (a paste that kept only the last lines)
+/// it is that failure; after the error, the error's trailer; at a paste's start, before the
+/// error's next root error, one failure with it.
+#[test]
+fn tf_oom_advice_alone_or_with_its_error() {
+    const HINT: &str = "Hint: If you want to see a list of allocated tensors when OOM happens, add \
+                        report_tensor_allocations_upon_oom to RunOptions for current allocation info.";
+    let alone = parse_all([
+        "Use standard file APIs to delete files with this prefix.",
+        HINT,
+        "    train_loss = run_set('train', train_init_op)",
+    ]);
+    assert_eq!(kinds(&alone), [("cuda_oom", "tensorflow", 2)]);
+    let root = "  (0) Resource exhausted: OOM when allocating tensor with shape[1,896,896,67] and type float on \
+                /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+    let after = parse_all([
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.",
+        root,
+        "     [[{{node concatenate_5_5/concat}}]]",
+        HINT,
+        "",
+        "     [[activation_56_5/truediv/_17093]]",
+        HINT,
+        "",
+        "0 successful operations.",
+    ]);
+    assert_eq!(kinds(&after), [("cuda_oom", "tensorflow", 2)]);
+    let before = parse_all([HINT, "", "     [[activation_56_5/truediv/_17093]]", HINT, "", root]);
+    assert_eq!(kinds(&before), [("cuda_oom", "tensorflow", 1)]);
+    assert_eq!(before[0].fields.requested, Some(896 * 896 * 67 * 4));
+}
+
 #[test]
 fn tf_driver_allocation_cut() {
     let events = parse_all([
