@@ -198,8 +198,9 @@ fn hard_wrapped_records_keep_their_numbers_and_phase() {
     // (91 with round 20's records: six of its pastes read other numbers cut at 100 columns —
     // TensorRT-LLM's builder, a ComfyUI node, TensorFlow's allocator, three vLLM pastes.)
     // (86 since a line that fills the width is read with its piece wherever the cut split the
-    // failure's words.)
-    const MOST_CHANGED: usize = 86;
+    // failure's words; 90 with round 21's records: four of its pastes read otherwise cut at 100
+    // columns — two ollama journals, PaddleSpeech's message, a kernel's report beside systemd's.)
+    const MOST_CHANGED: usize = 90;
     let records = oomlens_corpus::load().expect("corpus");
     let what = |e: &ParsedOom| (e.fields.clone(), e.phase.as_ref().map(|p| p.phase));
     let mut changed = Vec::new();
