@@ -8,6 +8,16 @@
 //! carries them: a python-json-logger record with the traceback in `exc_info`, a server's JSON
 //! error response after a prefix, and Docker json-file lines around a JSON logger's records; its
 //! events have the numbers the plain records give.
+//!
+//! `h200_variants.log` holds seven failures as PyTorch 2.11 (CUDA 13.0) printed them on an NVIDIA
+//! H200 (driver 580.159.04, 2026-12-04), one job each, written by `deploy/gpu-check/variants.py`:
+//! the default caching allocator, `expandable_segments:True`, the `cudaMallocAsync` backend (its
+//! own wording: `Allocation on device 0 would exceed allowed memory`, `Device limit`, `Free
+//! (according to CUDA)`), a per-process memory fraction (`… allowed;`), a CUDA graph's private
+//! pool (`… allocated in private pools (e.g., CUDA Graphs)`), cuBLAS creating its handle on a full
+//! GPU, and a pinned host buffer larger than the machine's memory — host memory, which CUDA
+//! reports as `torch.AcceleratorError: CUDA error: out of memory`. Each job's output is kept as
+//! printed (its script path shortened to `/work/`), one blank line between jobs.
 
 use std::path::{Path, PathBuf};
 

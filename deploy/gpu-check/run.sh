@@ -27,6 +27,11 @@
 #    `oomlens-collector certs --out DIR --node gpu-check --cluster gpu-check --collector-name
 #    localhost`; the step is skipped without them. OOMLENS_SCENARIOS picks a subset; no job starts
 #    after OOMLENS_DEADLINE_S seconds of the whole script (default 900).
+# 5. The wordings a real GPU prints for each allocator setting and library
+#    (deploy/gpu-check/variants.py: the caching allocator, expandable segments, cudaMallocAsync, a
+#    memory fraction, a CUDA graph's private pool, cuBLAS and cuDNN on a full GPU, a pinned host
+#    buffer, a CPU tensor) into OUT_DIR/variants/, each through
+#    `oomlens-agent parse`; agent/tests/fixtures/logs/h200_variants.log keeps such a run's texts.
 #
 # Binaries: $OOMLENS_BIN_DIR (default target/release, then target/debug): oomlens-agent and oomlens,
 # built on a machine with the Rust toolchain (`cargo build --release -p oomlens-agent -p
@@ -241,6 +246,20 @@ EOF
   "$python" -c 'import torch; print(torch.__version__, torch.version.cuda)' >"$work/versions.txt" 2>&1
   tar -C "$work" -czf "$out/scenarios.tar.gz" logs spool scenarios.tsv agent.toml agent.log agent-metrics.txt nvidia-smi.txt dmesg.txt versions.txt
   check "scenarios.tar.gz: $(du -h "$out/scenarios.tar.gz" | cut -f1) (logs, spool, scenarios.tsv)" $?
+fi
+
+# 5. Each variant's wording through the parser (a variant that failed otherwise is reported, not
+# failed: a library's behaviour on a full GPU differs between versions).
+if [ "$SECONDS" -le "${OOMLENS_DEADLINE_S:-900}" ]; then
+  "$python" "$root/deploy/gpu-check/variants.py" "$out/variants" >"$out/variants.log" 2>&1
+  check "variants.py ran (variants.log)" $?
+  for text in "$out"/variants/variant-*.txt; do
+    [ -e "$text" ] || continue
+    "$agent" parse "$text" >"${text%.txt}.parse.txt" 2>&1
+    say "      $(basename "$text" .txt): $(grep -m1 '^line' "${text%.txt}.parse.txt" || echo 'no event')"
+  done
+else
+  say "skip  variants: past the deadline (OOMLENS_DEADLINE_S=${OOMLENS_DEADLINE_S:-900} s)"
 fi
 
 say "== $([ "$failed" -eq 0 ] && echo passed || echo FAILED); files in $out"
