@@ -1032,6 +1032,10 @@ pub fn tactic_skipped(c: &str) -> bool {
 pub fn kv_pool_exhausted(c: &str) -> bool {
     has(c, "decodeoutofmemory.trytoloweryourbatchsize")
         || has(c, "prefilloutofmemory.trytoloweryourbatchsize")
+        // Its pool of request slots (a row of token indices per running request, on the GPU):
+        // `RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for
+        // `--max-running-requests`.`
+        || has(c, "alloc_req_slotsrunsoutofmemory")
 }
 
 /// Reads the numbers of one line (or a joined message) of a non-PyTorch family into `f`.

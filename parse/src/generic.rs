@@ -294,6 +294,8 @@ const HOST_ALLOC: &[&str] = &[
     "(new failed)",
     "outofmemoryerror()",
     "not enough memory to complete",
+    // Kraken 2's database build: `Failed attempt to allocate 761044749164 bytes;`.
+    "failed attempt to allocate",
 ];
 
 /// Words of a line that goes on after the refusal: it falls back, retries, skips or does without.
@@ -577,6 +579,7 @@ mod tests {
             "oserror: [errno 12] cannot allocate memory",
             "error: outofmemoryerror()",
             "pkg: there is not enough memory to complete the requested operation.  at least",
+            "failed attempt to allocate 761044749164 bytes;",
         ] {
             assert!(host_allocation_failed(l), "{l}");
         }

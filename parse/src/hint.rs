@@ -10,7 +10,7 @@
 //! | `startup_free_memory` | vLLM: `Free memory on device … on startup is less than desired GPU memory utilization` |
 //! | `cache_blocks` | vLLM: `No available memory for the cache blocks` |
 //! | `sampler_warmup` | vLLM: `CUDA out of memory occurred when warming up sampler with N dummy requests` |
-//! | `max_num_seqs` | vLLM: `max_num_seqs (N) exceeds available Mamba cache blocks` |
+//! | `max_num_seqs` | vLLM: `max_num_seqs (N) exceeds available Mamba cache blocks`; SGLang: `alloc_req_slots runs out of memory. Please set a smaller number for --max-running-requests` (its pool of request slots) |
 //! | `prefill_tokens` | TGI: `Not enough memory to handle N prefill tokens` |
 //! | `batch_pool` | early llama.cpp: `ggml_new_tensor_impl: not enough space in the context's memory pool (needed N, available M)` — its scratch pool was sized from the batch (`-b`, `n_batch`); a smaller batch fits |
 //! | `kv_pool` | SGLang: `Decode out of memory. Try to lower your batch size.` (also `Prefill …`): its KV-cache pool had no slots left for the running batch |
@@ -45,6 +45,7 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["notenoughspaceinthe", "memorypool(needed"], "batch_pool"),
         (&["decodeoutofmemory.trytoloweryourbatchsize"], "kv_pool"),
         (&["prefilloutofmemory.trytoloweryourbatchsize"], "kv_pool"),
+        (&["alloc_req_slotsrunsoutofmemory"], "max_num_seqs"),
         (&["--mem-fraction-static"], "mem_fraction_static"),
         (&["capturecudagraphfailed"], "graph_capture"),
         (&["errorloadingmodel"], "model_load"),
@@ -172,6 +173,10 @@ mod tests {
             ),
             ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB", None),
             ("RuntimeError: Decode out of memory. Try to lower your batch size.", Some("kv_pool")),
+            (
+                "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`.",
+                Some("max_num_seqs"),
+            ),
             // SGLang's log line when it retracts requests to make room: not a failure.
             ("Decode out of memory happened. #retracted_reqs: 3, #new_token_ratio: 0.3 -> 0.5", None),
         ] {

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `explicit` — a scheduler, runtime or tool says memory ran out | Slurm `Detected 1 oom-kill event(s) in StepId=…` / `oom_kill event` / `task 0: Out Of Memory` (its node named `gpu001` or not), `seff`'s `State: OUT_OF_MEMORY`, `sacct`'s `OUT_OF_ME+` / `OUT_OF_MEMORY … 0:125`; LSF `TERM_MEMLIMIT`; Kubernetes `OOMKilled`, `The node was low on resource: memory`, runc `container init was OOM-killed`; earlyoom `sending SIGTERM to process N`; systemd `killed by the OOM killer`, `Failed with result 'oom-kill'`; Ray `killed due to memory pressure (OOM)` / `Ray killed this worker` / `Task was killed due to the node running low on memory`; Colab `Your session crashed after using all available RAM`; ollama `model requires more system memory (X) than is available (Y)`; Kaggle `Your notebook tried to allocate more memory than is available`; Vertex AI `The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)`; older Slurm `Job N exceeded memory limit (A > B), being killed` / `Exceeded job memory limit`; PBS with Moab `job N exceeded MEM usage hard limit (A > B)`, PBS Pro `=>> PBS: job killed: mem A exceeded limit B` (also `vmem`); HTCondor `Docker job has gone over memory limit of N Mb`; YARN `is running beyond physical memory limits`; Ray `killed by SIGKILL by OOM killer` (also only its tail, `… how to address the out of memory issue`), `ray.exceptions.OutOfMemoryError: Task was killed …`, older Ray's `RayOutOfMemoryError: More than 95% of the memory on node … is used`; PBS's `Job exceeded a memory resource limit`; Dask's `Worker exceeded 95% memory budget` (also naming the worker, `Worker tcp://… (pid=N) exceeded …`) (not Slurm's `Exceeded step memory limit at some point`, printed for finished jobs too); Heroku's `R14 (Memory quota exceeded)` / `R15 (Memory quota vastly exceeded)`; Streamlit Cloud's `has gone over its resource limits`; SageMaker's `Please use an instance type with more memory`; iOS's `Terminated due to memory issue` / `killed by the operating system because it is using too much memory`; an application's `Process killed (out of memory)` |
 //! | `allocation` — a host allocation was refused | `DefaultCPUAllocator: can't allocate memory` / `not enough memory`; `Torch: not enough memory: you tried to allocate` (Torch7's `… to reallocate 36GB. Buy new RAM!`); `Cannot allocate memory (12)`, `OSError: [Errno 12] Cannot allocate memory`; the JVM's `java.lang.OutOfMemoryError: Java heap space` / `GC overhead limit exceeded` / `Direct buffer memory`; PaddlePaddle `Fail to alloc memory of N size[, error code is 12]`; `posix_memalign(…) == 0 (12 vs. 0)`; Python `MemoryError`; numpy `Unable to allocate X for an array`; Intel MKL `mkl_malloc: failed to allocate memory`; Windows `[WinError 1455] The paging file is too small` (also `… (os error 1455)`, the text without its code, German `Die Auslagerungsdatei ist zu klein`, Chinese `页面文件太小`); old PyTorch's `[enforce fail at CPUAllocator.cpp:56] posix_memalign(…) == 0. 12 vs 0`; Rust's `memory allocation of N bytes failed`; llama.cpp's CPU backend `ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer`, `failed to allocate CPU buffer` (its KV-cache lines after it are the same failure); TensorFlow `OOM when allocating tensor … by allocator cpu`; C++ `terminate called after throwing an instance of 'std::bad_alloc'` / `what():  std::bad_alloc` (also both on one line) / `Error: std::bad_alloc` / the name alone or after a logger's bracket; HeavyDB's `Not enough host memory to execute the query`; MuJoCo's `mujoco.FatalError: Could not allocate memory`; Caffe `Check failed: *ptr host allocation of size N failed`; the JVM's `insufficient memory for the Java Runtime Environment` / `os::commit_memory … errno=12`; `virtual memory exhausted` (GCC, the linker); R's `system call failed: Cannot allocate memory`; DuckDB's `Out of Memory Error: failed to allocate data of size N (U/L used)` / `Failed to allocate block of N bytes`; ONNX Runtime's CPU arena (`BFCArena … Failed to allocate memory for requested buffer` for a node its NCHWc layout renamed `…_nchwc`) |
-//! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device` |
+//! | `shm` — shared memory (`/dev/shm`, RAM-backed) ran out | `DataLoader worker (pid N) is killed by signal: Bus error`, `Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)` (PaddlePaddle: `Unexpected BUS error encountered in DataLoader worker`), `unable to write to file </torch_N_M>: No space left on device`; a program's report of its worker's SIGBUS as maybe a memory condition (`exited with status 135. This is a bug, or an out-of-memory condition.`) |
 //! | `sigkill` — the process was killed by SIGKILL, which on a node is almost always the OOM killer | `DataLoader worker (pid N) is killed by signal: Killed` (also re-typed `signal:killed`); a `Killed` line (alone — also bash's zh_CN `已杀死`, macOS's `Killed: 9` —, after a status line's ` :: `, after a progress bar or glued to Keras's `- loss: 2.1371Killed`, or bash's `line 28:  8156 Killed   python …` (in any locale: `riga 28:`; a re-typed lower-case `killed`; macOS's `Killed: 9`; a pipeline member `  134 Killed   | python …`), zsh's `[1]  14875 killed  python …`); an IDE's `interrupted by signal 9: SIGKILL`; fish's `terminated by signal SIGKILL (Forced quit)`; ollama's `process has terminated: signal: killed`; gunicorn's `Worker (pid:N) was sent SIGKILL! Perhaps out of memory?` (not after its own `WORKER TIMEOUT (pid:N)`); `exitcode: -9`; Cog's `It might have run out of memory? (exitcode -9)`; `Signal 9 (SIGKILL) received by PID N`; `died with <Signals.SIGKILL: 9>`; `exits with return code = -9`; `exit code 137`, `exit code: 137` (Docker BuildKit), `exited with code 137`, `Exit Code: 137`, Kubernetes' `exitCode: 137`; `Program terminated with signal SIGKILL`; a compiler killed (`Killed signal terminated program cc1plus`, `internal compiler error: Killed`, nvcc's `'cicc' died due to signal 9`); Celery's `Worker exited prematurely: signal 9 (SIGKILL)`; `died with <Signals.SIGKILL: 9>`; loky's `{SIGKILL(-9)}` exit codes; ninja's `FAILED: [code=137]`; strace's `SIGCHLD {… si_code=CLD_KILLED … si_status=SIGKILL}`; MPI launchers: MPICH Hydra's `KILLED BY SIGNAL: 9 (Killed)` / `=   EXIT CODE: 9`, Open MPI's `exited on signal 9 (Killed)`, MVAPICH's `MPI process (rank: …) terminated with signal 9`; Horovod's `exit with status code 137` |
 //! | `launcher` — a launcher killed its other workers after one died, with no error of the job's own before it | DeepSpeed's / `torch.distributed.launch`'s `Killing subprocess N` |
 //!
@@ -370,6 +370,7 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
         || has(&l, "new failed")
         || has(&l, "request of size")
         || has(&l, "out of ram")
+        || has(&l, "attempt to allocate")
         || t.contains(KILLED_ZH))
     {
         return None;
@@ -549,6 +550,14 @@ pub fn detect(body: &str) -> Option<HostSymptom> {
     // shared memory (`/dev/shm`, a container's 64 MB default) ran out under a memory map.
     if l == "bus error" || l == "bus error (core dumped)" {
         return sym(Shm, "shell", None);
+    }
+    // A program reporting its worker's SIGBUS (status 135 = 128 + 7) as possibly a memory
+    // condition (CubiCal: `child process 108 exited with status 135. This is a bug, or an
+    // out-of-memory condition.`): the same shared memory.
+    if (has(&l, "status 135") || has(&l, "code 135"))
+        && (has(&l, "out-of-memory") || has(&l, "out of memory"))
+    {
+        return sym(Shm, GENERIC, None);
     }
     if has(&l, "killing subprocess") {
         return sym(Launcher, "launcher", None);
@@ -803,6 +812,10 @@ mod tests {
             (
                 "OSError: The paging file is too small for this operation to complete. (os error 1455)",
                 (Allocation, "windows", None),
+            ),
+            (
+                "child process 108 exited with status 135. This is a bug, or an out-of-memory condition.",
+                (Shm, GENERIC, None),
             ),
             (
                 "Jun 01 10:00:00 box earlyoom[812]: sending SIGTERM to process 4567 uid 1000 \"python3.13\": oom_score 900, VmRSS 30000 MiB",

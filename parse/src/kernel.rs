@@ -7,7 +7,8 @@
 //!   anon-rss:…kB, file-rss:…kB, shmem-rss:…kB` (also the `Memory cgroup out of memory:` variant
 //!   and the old two-line `Kill process … / Killed process …` form) → `host_oom_kill` with
 //!   `host_rss_bytes` = anon + file + shmem RSS; the preceding `oom-kill:constraint=…,task_memcg=…`
-//!   line adds the victim's cgroup as a label.
+//!   line adds the victim's cgroup as a label; `Out of memory and no killable processes...` (the
+//!   killer found no victim; the kernel panics next) → `host_oom_kill` without a pid.
 //! * [`kernel_message`] finds the kernel message in a line of kernel log *output* (dmesg,
 //!   `dmesg -T`, `journalctl -k`, syslog, `/dev/kmsg` records), so saved kernel logs go through the
 //!   same [`KmsgParser`] as the agent's live `/dev/kmsg` reader.
@@ -111,19 +112,27 @@ impl KmsgParser {
     /// paste) is still a host OOM kill — of an unknown process, invoked by the named one.
     pub fn finish(&mut self) -> Option<OomEvent> {
         let text = self.invoked.take()?;
-        let comm = text.split(" invoked oom-killer").next().unwrap_or_default().trim();
+        Some(self.unnamed_kill(&text))
+    }
+
+    /// A host OOM whose victim no line names (`text`: the report's line), invoked by the process
+    /// of the last `invoked oom-killer` line, if any.
+    fn unnamed_kill(&mut self, text: &str) -> OomEvent {
+        let invoked = self.invoked.take();
+        let comm =
+            invoked.as_deref().unwrap_or(text).split(" invoked oom-killer").next().unwrap_or_default().trim();
         let mut labels = vec![Label { key: "oom.scope".into(), value: "host".into() }];
-        if !comm.is_empty() {
+        if invoked.is_some() || text.contains(" invoked oom-killer") {
             labels.push(Label { key: "oom.invoked_by".into(), value: clip(comm) });
         }
-        Some(OomEvent {
+        OomEvent {
             kind: OomKind::HostOomKill,
             source: EventSource::Kmsg,
             framework: "kernel".into(),
             labels,
-            raw_message: clip_raw(&text),
+            raw_message: clip_raw(text),
             ..OomEvent::default()
-        })
+        }
     }
 
     /// Parses one message (the text after `;`).
@@ -140,6 +149,12 @@ impl KmsgParser {
             let memcg = kv(rest, "task_memcg").map(str::to_owned);
             self.last_constraint = pid.zip(memcg);
             return None;
+        }
+        // The OOM killer found nothing it may kill (`Out of memory and no killable processes...`;
+        // the kernel panics next, `System is deadlocked on memory`): host memory ran out all the
+        // same.
+        if message.starts_with("Out of memory and no killable processes") {
+            return Some(self.unnamed_kill(message));
         }
         if message.starts_with("Memory cgroup out of memory: Kill process ") {
             self.cgroup_pending = number_after(message, "Kill process ");
@@ -367,5 +382,21 @@ mod tests {
         assert_eq!((ev[3].pid, ev[3].host_rss_bytes), (Some(8888), Some(1024 * 1024)));
         assert_eq!(label(&ev[3], "oom.scope"), Some("cgroup"));
         assert_eq!(label(&ev[3], "process.name"), Some("python3"));
+    }
+
+    /// The OOM killer with nothing to kill (a small VM's init): host memory ran out, no victim.
+    #[test]
+    fn out_of_memory_with_no_killable_process() {
+        let ev = parse(&[
+            "swapper/0 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+            "32638 pages RAM",
+            "Out of memory and no killable processes...",
+            "Kernel panic - not syncing: System is deadlocked on memory",
+        ]);
+        assert_eq!(ev.len(), 1, "{ev:#?}");
+        assert_eq!((ev[0].kind, ev[0].pid), (OomKind::HostOomKill, None));
+        assert_eq!(label(&ev[0], "oom.invoked_by"), Some("swapper/0"));
+        assert_eq!(label(&ev[0], "oom.scope"), Some("host"));
+        assert!(ev[0].raw_message.starts_with("Out of memory and no killable processes"));
     }
 }

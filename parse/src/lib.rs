@@ -75,7 +75,7 @@
 //! wherever it fell (`… pooled_storage_ma` / `nager.h:84: cudaMalloc failed: out of mem`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
-//! (`text::clean`: colour and other escape sequences, control characters, what a carriage return
+//! (`text::clean`: colour and other escape sequences, also pasted as text — `^[[1m`, `␛[1m` — control characters, what a carriage return
 //! overwrote), then stripped of its loggers' prefixes and quote markers (`prefix.rs`; also after
 //! an indent); tracebacks are read from the stripped lines, so a stamp on every line (`kubectl
 //! logs --timestamps`) keeps the frames. A traceback pasted with an indent (inside a list) loses

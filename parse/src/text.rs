@@ -36,9 +36,24 @@ pub fn clean(line: &str) -> Cow<'_, str> {
         Some(i) if i + 1 < line.len() => &line[i + 1..],
         _ => line,
     };
-    match unescape_html(line) {
+    let line = match unescape_html(line) {
+        Cow::Borrowed(line) => caret_escapes(line),
+        Cow::Owned(line) => Cow::Owned(caret_escapes(&line).into_owned()),
+    };
+    match line {
         Cow::Borrowed(line) => as_shown(line),
         Cow::Owned(line) => Cow::Owned(as_shown(&line).into_owned()),
+    }
+}
+
+/// Escape sequences a paste shows as text: `^[[1m` (`cat -v`, `less`, an editor's caret
+/// notation) or `␛[1m` (the symbol for ESC), turned back into the ESC they stand for so that
+/// [`as_shown`] removes them as a terminal would; borrowed when there are none.
+fn caret_escapes(line: &str) -> Cow<'_, str> {
+    if line.contains("^[[") || line.contains("\u{241b}[") {
+        Cow::Owned(line.replace("^[[", "\x1b[").replace("\u{241b}[", "\x1b["))
+    } else {
+        Cow::Borrowed(line)
     }
 }
 
@@ -285,6 +300,12 @@ mod tests {
             "RuntimeError: CUDA out of memory."
         );
         assert_eq!(clean("cut \x1b[1;3"), "cut ");
+        // Escapes pasted as text: caret notation (`cat -v`) and the ESC symbol.
+        assert_eq!(
+            clean("[0.3/1.1 82.8Gb] ^[[1m^[[91mchild process 108 exited^[[0m^[[0m"),
+            "[0.3/1.1 82.8Gb] child process 108 exited"
+        );
+        assert_eq!(clean("\u{241b}[31mERROR\u{241b}[0m x"), "ERROR x");
         // A browser's copy: no-break spaces in the indent and between a number and its unit.
         assert_eq!(
             clean(
