@@ -153,7 +153,7 @@ impl KmsgParser {
         // The OOM killer found nothing it may kill (`Out of memory and no killable processes...`;
         // the kernel panics next, `System is deadlocked on memory`): host memory ran out all the
         // same.
-        if message.contains("Out of memory and no killable processes") {
+        if crate::text::has(message, "Out of memory and no killable processes") {
             return Some(self.unnamed_kill(message));
         }
         if message.starts_with("Memory cgroup out of memory: Kill process ") {

@@ -69,10 +69,11 @@
 //! continues that event. A word wrap's pieces are also joined with a space where a host
 //! symptom's words or a frame line need it (`… DefaultCPUAllocator: not` / `enough memory`). The pieces
 //! of a cut frame line stay in the traceback and are joined again before the phase is read
-//! (`frames::readable`). Any line that fills a terminal's width is held for one line: a piece
-//! after it that starts nothing on its own is read with it when a program's own rule (not a
-//! last-resort wording) reads the two together and not apart — the cut split the failure's words
-//! wherever it fell (`… pooled_storage_ma` / `nager.h:84: cudaMalloc failed: out of mem`).
+//! (`frames::readable`). Any line that fills a terminal's width and ends inside a word is held for
+//! one line: a piece after it that goes on with that word and starts nothing on its own is read
+//! with it when a program's own rule (not a last-resort wording) reads the two together and not
+//! apart — the cut split the failure's words wherever it fell (`… pooled_storage_ma` /
+//! `nager.h:84: cudaMalloc failed: out of mem`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
 //! (`text::clean`: colour and other escape sequences, also pasted as text — `^[[1m`, `␛[1m` — control characters, what a carriage return
@@ -653,6 +654,32 @@ impl Held {
         self.width = raw.chars().count();
         self
     }
+}
+
+/// Words of a failure (compact) one of which a failure's words split by a cut show near it.
+const NEAR_CUT: [&str; 9] = ["mem", "alloc", "oom", "kill", "exhaust", "fail", "error", "137", "signal"];
+
+/// Bytes on each side of a cut [`failure_near_cut`] looks at.
+const NEAR_CUT_BYTES: usize = 32;
+
+/// True when the compact text around a cut — the end of `head` and the start of `next` — holds one
+/// of [`NEAR_CUT`]: a quick test before the two lines are read together (`reads_apart` decides).
+fn failure_near_cut(head: &str, next: &str) -> bool {
+    let mut from = head.len().saturating_sub(NEAR_CUT_BYTES);
+    while !head.is_char_boundary(from) {
+        from += 1;
+    }
+    let mut to = next.len().min(NEAR_CUT_BYTES);
+    while !next.is_char_boundary(to) {
+        to -= 1;
+    }
+    let window = format!("{}{}", &head[from..], &next[..to]);
+    NEAR_CUT.iter().any(|w| window.contains(w))
+}
+
+/// True for a character a word is made of: a hard wrap that falls between two of them cut a word.
+fn word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
 }
 
 /// True when a line fills a terminal's width: at least [`MIN_WRAP_WIDTH`] characters before its
@@ -1472,11 +1499,15 @@ impl LogParser {
                 joined_says_more(&h.c, &c, alone) || (h.origin.pid.is_some() && origin.pid.is_none())
             });
         // A line that starts nothing (or only a last-resort reading) after a line that filled a
-        // terminal's width, decorated as its piece: the two may be one line whose failure words
-        // the cut split anywhere (MXNet's `… pooled_storage_ma` / `nager.h:84: cudaMalloc failed:
+        // terminal's width, decorated as its piece, the cut between two characters of a word: the
+        // two may be one line whose failure words the cut split anywhere (MXNet's `… pooled_storage_ma` / `nager.h:84: cudaMalloc failed:
         // out of mem`, `kubectl`'s `… 0/1     OO` / `MKilled`) — read together, and kept only when
         // a program's own rule reads them and only across the cut (`reads_apart`).
-        let wide_cut = generic_only && head.as_ref().is_some_and(piece_of);
+        let wide_cut = generic_only
+            && raw.starts_with(word_char)
+            && head
+                .as_ref()
+                .is_some_and(|h| h.raw.ends_with(word_char) && failure_near_cut(&h.c, &c) && piece_of(h));
         // The held line and this one as a wrap by their words: this one starts nothing, or is the
         // tail of the held one, or a failure's words run across the cut.
         let by_words = |head_raw: &str, head_c: &str| {
@@ -1526,7 +1557,12 @@ impl LogParser {
             // The middle piece of a line a terminal cut into three or more: held with the
             // pieces before it, for the next piece to complete.
             self.head = Some(held.extended(raw, &c));
-        } else if starts_nothing && c.len() <= MAX_HEAD_BYTES && (fills_width(raw) || c.ends_with(':')) {
+        } else if starts_nothing
+            && c.len() <= MAX_HEAD_BYTES
+            && (c.ends_with(':')
+                || may_wrap_failure(raw, &c)
+                || (fills_width(raw) && raw.ends_with(word_char)))
+        {
             self.head = Some(Held {
                 line: self.line,
                 raw: raw.to_owned(),
