@@ -76,9 +76,9 @@
 //! `nager.h:84: cudaMalloc failed: out of mem`).
 //!
 //! **Decorations change nothing.** Every line is first cleaned as a terminal would show it
-//! (`text::clean`: colour and other escape sequences, also pasted as text — `^[[1m`, `␛[1m` — control characters, what a carriage return
-//! overwrote), then stripped of its loggers' prefixes and quote markers (`prefix.rs`; also after
-//! an indent); tracebacks are read from the stripped lines, so a stamp on every line (`kubectl
+//! (`text::clean`: colour and other escape sequences, also pasted as text — `^[[1m`, `␛[1m` —
+//! control characters, what a carriage return overwrote), then stripped of its loggers' prefixes
+//! and quote markers (`prefix.rs`; also after an indent); tracebacks are read from the stripped lines, so a stamp on every line (`kubectl
 //! logs --timestamps`) keeps the frames. A traceback pasted with an indent (inside a list) loses
 //! that indent for as long as its lines carry it ([`MAX_MARGIN`]). PaddlePaddle's native stack
 //! between Python's exception line and its message (`C++ Traceback`, numbered frames, `Error
@@ -629,7 +629,7 @@ struct Held {
     /// Held for its words: it ends in a colon, speaks of a failure or ends inside one of
     /// [`WRAPPED_WORDS`] ([`may_wrap_failure`]). A line held only because it fills a terminal's
     /// width is read with the next one only when the two make a program's own failure
-    /// ([`LogParser::feed`]'s wide cut), never one of the last-resort wordings.
+    /// (the wide cut of `LogParser::feed_cleaned`), never one of the last-resort wordings.
     words: bool,
 }
 
@@ -1500,9 +1500,10 @@ impl LogParser {
             });
         // A line that starts nothing (or only a last-resort reading) after a line that filled a
         // terminal's width, decorated as its piece, the cut between two characters of a word: the
-        // two may be one line whose failure words the cut split anywhere (MXNet's `… pooled_storage_ma` / `nager.h:84: cudaMalloc failed:
-        // out of mem`, `kubectl`'s `… 0/1     OO` / `MKilled`) — read together, and kept only when
-        // a program's own rule reads them and only across the cut (`reads_apart`).
+        // two may be one line whose failure words the cut split anywhere (MXNet's `…
+        // pooled_storage_ma` / `nager.h:84: cudaMalloc failed: out of mem`, `kubectl`'s `… 0/1
+        // OO` / `MKilled`) — read together, and kept only when a program's own rule reads them
+        // and only across the cut (`reads_apart`).
         let wide_cut = generic_only
             && raw.starts_with(word_char)
             && head
@@ -1510,17 +1511,14 @@ impl LogParser {
                 .is_some_and(|h| h.raw.ends_with(word_char) && failure_near_cut(&h.c, &c) && piece_of(h));
         // The held line and this one as a wrap by their words: this one starts nothing, or is the
         // tail of the held one, or a failure's words run across the cut.
-        let by_words = |head_raw: &str, head_c: &str| {
-            (family.is_none() || looks_like_tail(prefix::strip(head_raw).0, body) || words_cut(head_c, &c))
-                && ((family.is_none() && head_c.ends_with(':')) || wrapped_failure(head_c, &c))
-        };
+        let by_words = head.as_ref().is_some_and(|h| {
+            (family.is_none() || looks_like_tail(prefix::strip(&h.raw).0, body) || words_cut(&h.c, &c))
+                && ((family.is_none() && h.c.ends_with(':')) || wrapped_failure(&h.c, &c))
+        });
         let wrapped = match (generic_only || cut_tail, &head) {
             (true, Some(Held { line: number, raw: head_raw, c: head_c, origin: head_origin, .. }))
-                if test_line.is_none()
-                    && head_origin.compatible(&origin)
-                    && (by_words(head_raw, head_c) || wide_cut) =>
+                if test_line.is_none() && head_origin.compatible(&origin) && (by_words || wide_cut) =>
             {
-                let by_words = by_words(head_raw, head_c);
                 // A device failure's words, else a host symptom's (matched on the line as it was
                 // before the wrap: the head's body and this line's text).
                 let joined_c = format!("{head_c}{c}");

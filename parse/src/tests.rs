@@ -1196,31 +1196,35 @@ fn terminal_wrapped_lines() {
     ]);
     assert!(warning.is_empty(), "{warning:?}");
     // A long line of other words whose cut split a program's failure words anywhere (not only
-    // inside the few words a failure is known to be cut in): read with its piece. MXNet's
-    // pooled storage manager cut inside its file name, `kubectl get pods` inside `OOMKilled`.
-    let mxnet = parse_all([
+    // inside the few words a failure is known to be cut in): read with its piece — MXNet's pooled
+    // storage manager cut inside its file name, `kubectl get pods` inside `OOMKilled`. Not when
+    // the two read apart as they read together (the failure's words all in the second: a long
+    // line before it lends it nothing), nor for a last-resort reading (a memory word and a
+    // device's in any program's words).
+    const MXNET: &[&str] = &[
         "[12:44:34] /mxnet/dmlc-core/include/dmlc/./logging.h:304: [12:44:34] src/storage/./pooled_storage_ma",
         "nager.h:84: cudaMalloc failed: out of mem",
-    ]);
-    assert_eq!(kinds(&mxnet), [("cuda_oom", "mxnet", 1)]);
-    let kubectl = parse_all([
+    ];
+    const KUBECTL: &[&str] = &[
         "kubeflow                    training-operator-8569f97489-zkxbt                            0/1     OO",
         "MKilled",
-    ]);
-    assert_eq!(kinds(&kubectl), [("host_oom_kill", "kubernetes", 1)]);
-    // The two read apart as they read together (the failure's words are all in the second):
-    // a long line before it lends it nothing.
-    let apart = parse_all([
+    ];
+    const APART: &[&str] = &[
         "loaded partially; 0.00 MB usable, 0.00 MB loaded, 1344.02 MB offloaded, 162.01 MB buffer reserved, lowvram patches: 0",
         "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
-    ]);
-    assert!(apart.is_empty(), "{apart:?}");
-    // Nor a last-resort reading (a memory word and a device's in any program's words).
-    let generic = parse_all([
+    ];
+    const GENERIC: &[&str] = &[
         "1050981.0   dbrown         11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to me",
         "mory usage 3000000.",
-    ]);
-    assert!(generic.is_empty(), "{generic:?}");
+    ];
+    for (lines, want) in [
+        (MXNET, &[("cuda_oom", "mxnet", 1)][..]),
+        (KUBECTL, &[("host_oom_kill", "kubernetes", 1)][..]),
+        (APART, &[][..]),
+        (GENERIC, &[][..]),
+    ] {
+        assert_eq!(kinds(&parse_all(lines.iter().copied())), want, "{lines:?}");
+    }
     // A host symptom whose words the wrap cut: matched on the line as it was.
     let ios = parse_all([
         "The app “SwiftMistralCoreML-DemoApp” has been killed by the operating system because it is using too much",
