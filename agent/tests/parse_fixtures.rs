@@ -16,7 +16,8 @@
 //! (according to CUDA)`), a per-process memory fraction (`… allowed;`), a CUDA graph's private
 //! pool (`… allocated in private pools (e.g., CUDA Graphs)`), cuBLAS creating its handle on a full
 //! GPU, and a pinned host buffer larger than the machine's memory — host memory, which CUDA
-//! reports as `torch.AcceleratorError: CUDA error: out of memory`. Each job's output is kept as
+//! reports as `torch.AcceleratorError: CUDA error: out of memory` (read with the hint
+//! `pinned_host` from its innermost frame, whose line pins). Each job's output is kept as
 //! printed (its script path shortened to `/work/`), one blank line between jobs.
 
 use std::path::{Path, PathBuf};

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `kv_cache` | vLLM: `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the model's max seq len (N), X GiB KV cache is needed …`; TensorRT-LLM's executor / Rust engines: `insufficient GPU memory` creating the KV cache; TensorRT-LLM's `maxTokensInPagedKvCache must be large enough to process at least 1 sequence to completion` |
 //! | `attention` | AUTOMATIC1111's split attention: `Not enough memory, use lower resolution` (also set from the failing code, `op.rs`) |
+//! | `pinned_host` | set from the failing code, not the words (`op.rs`): a bare runtime error raised while pinning host memory — the host's memory in the device's words |
 //! | `startup_free_memory` | vLLM: `Free memory on device … on startup is less than desired GPU memory utilization` |
 //! | `cache_blocks` | vLLM: `No available memory for the cache blocks` |
 //! | `sampler_warmup` | vLLM: `CUDA out of memory occurred when warming up sampler with N dummy requests` |

@@ -197,6 +197,9 @@ pub const MESSAGE_HINT_LABEL: &str = "message.hint";
 pub const MESSAGE_OP_LABEL: &str = "message.op";
 /// The hint of a failure whose allocation was made in attention code (`op.rs`).
 pub const ATTENTION_HINT: &str = "attention";
+/// The hint of a bare runtime error raised while pinning host memory (`op.rs`): the host's
+/// memory, not the device's.
+pub const PINNED_HOST_HINT: &str = "pinned_host";
 /// Upper bound of [`LogParser::last_line_work`] (bytes examined for one line).
 pub const MAX_LINE_WORK: usize =
     text::MAX_LINE_BYTES * (4 + MAX_PENDING) + 2 * MAX_PENDING * MAX_COMPACT_BYTES;
@@ -282,8 +285,8 @@ pub struct ParsedOom {
     pub host_evidence: Option<HostEvidence>,
     /// What the message says beyond "out of memory" (`hint.rs`).
     pub hint: Option<&'static str>,
-    /// The code the failing allocation was made in, when the lines name attention (`op.rs`): the
-    /// clue, e.g. `traceback: forward (modeling_llama.py)`.
+    /// The code the failing allocation was made in, when the lines name attention or pin host
+    /// memory (`op.rs`): the clue, e.g. `traceback: forward (modeling_llama.py)`.
     pub op: Option<String>,
     /// 1-based line where the event starts.
     pub line: u64,
@@ -2055,6 +2058,18 @@ impl LogParser {
         if op.is_some() {
             hint = Some(ATTENTION_HINT);
         }
+        // A bare runtime error (no allocator's numbers, no other hint) raised while pinning host
+        // memory: the host's memory in the device's words (`op.rs`).
+        let pinned = (kind == OomKind::CudaOom && hint.is_none() && !numbered)
+            .then(|| op::pinned_clue(&bodies))
+            .flatten();
+        let op = match pinned {
+            Some(clue) => {
+                hint = Some(PINNED_HOST_HINT);
+                Some(clue)
+            }
+            None => op,
+        };
         out.push(ParsedOom {
             kind,
             framework,

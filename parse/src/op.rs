@@ -17,6 +17,14 @@
 //! attention (`_prepare_decoder_attention_mask`) is seq² as well and counts. The model code
 //! around attention (the projections, the MLP, the logits) does not: it grows with batch × length
 //! alike.
+//!
+//! A second finding, **pinned host memory**: a bare `CUDA error: out of memory` raised while
+//! pinning host memory (`cudaHostAlloc`: page-locked RAM the device can reach, none of the
+//! device's own memory) is the host's memory in the device's words. Seen on a real GPU (a pinned
+//! buffer larger than the machine's RAM raised exactly that) and in threads where a DataLoader's
+//! pin-memory thread or an offloading cache pinning its buffers failed. The innermost frame
+//! decides: its function is `pin_memory` (the tensor's or storage's method, the DataLoader's
+//! `_utils/pin_memory.py`), or its source line pins (`.pin_memory(`, `pin_memory=True`).
 
 use crate::frames::{file_name, frames};
 
@@ -42,6 +50,19 @@ fn frame_clue(lines: &[&str]) -> Option<String> {
     let f = frames(lines).into_iter().rev().find(|f| !f.file.replace('\\', "/").contains("/torch/"))?;
     let name = file_name(f.file);
     (names_attention(f.function) || names_attention(name) || f.source.is_some_and(names_attention))
+        .then(|| format!("traceback: {} ({name})", f.function))
+}
+
+/// The clue when the failing call pinned host memory: `traceback: pin_memory (storage.py)`.
+/// `None` when the innermost frame of the lines does something else, or there is none.
+pub fn pinned_clue(lines: &[&str]) -> Option<String> {
+    let f = frames(lines).pop()?;
+    let name = file_name(f.file);
+    let pins = |t: &str| {
+        let t = t.replace(' ', "");
+        t.contains(".pin_memory(") || t.contains("pin_memory=True")
+    };
+    (f.function == "pin_memory" || name == "pin_memory.py" || f.source.is_some_and(pins))
         .then(|| format!("traceback: {} ({name})", f.function))
 }
 
@@ -81,6 +102,28 @@ mod tests {
         let cut = "main/vlm/qwen2_vl/modeling_qwen2_5_vl.py\", line 273, in forward\n    attn_weights = torch.matmul(q, k.transpose(1, 2))\ntorch.OutOfMemoryError: CUDA out of memory.";
         assert_eq!(clue(cut).as_deref(), Some("traceback: forward (modeling_qwen2_5_vl.py)"));
         assert_eq!(clue("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 MiB"), None);
+    }
+
+    #[test]
+    fn pinning_host_memory_in_the_innermost_frame() {
+        let pinned = |text: &str| pinned_clue(&text.lines().collect::<Vec<_>>());
+        // An offloading cache pinning its buffers (a real thread's paste).
+        let storage = "  File \"/x/src/expert_cache.py\", line 68, in <listcomp>\n    torch.UntypedStorage(self.module_size).pin_memory(self.device) for _ in range(offload_size)]\n  File \"/x/site-packages/torch/storage.py\", line 226, in pin_memory\n    cast(Storage, self)).pin_memory(device)\nRuntimeError: CUDA error: out of memory";
+        assert_eq!(pinned(storage).as_deref(), Some("traceback: pin_memory (storage.py)"));
+        // A DataLoader's pin-memory thread.
+        let loader = "  File \"/usr/lib/python3.10/site-packages/torch/utils/data/_utils/pin_memory.py\", line 55, in pin_memory\n    return data.pin_memory(device)\nRuntimeError: CUDA error: out of memory";
+        assert_eq!(pinned(loader).as_deref(), Some("traceback: pin_memory (pin_memory.py)"));
+        // The script's own line, as a real GPU printed it (Python 3.12's carets below).
+        let script = "  File \"/work/variant_pinned.py\", line 16, in <module>\n    x = torch.empty(ram + 16 * GIB, dtype=torch.uint8, pin_memory=True)\n        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\ntorch.AcceleratorError: CUDA error: out of memory";
+        assert_eq!(pinned(script).as_deref(), Some("traceback: <module> (variant_pinned.py)"));
+        // Pinning in an outer frame does not make the innermost call a pinned one.
+        let outer = "  File \"/x/train.py\", line 9, in <module>\n    batch = batch.pin_memory()\n  File \"/x/train.py\", line 12, in step\n    out = model(batch.cuda())\nRuntimeError: CUDA error: out of memory";
+        assert_eq!(pinned(outer), None);
+        assert_eq!(pinned("RuntimeError: CUDA error: out of memory"), None);
+        assert_eq!(
+            pinned("  File \"/x/loader.py\", line 3, in load\n    pin_memory=False)\nRuntimeError: x"),
+            None
+        );
     }
 
     #[test]

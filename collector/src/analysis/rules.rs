@@ -63,15 +63,16 @@ const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm",
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 22;
+pub const RULES_VERSION: u32 = 23;
 
 /// The last [`RULES_VERSION`] that changed a verdict on the message alone (no samples, no job
 /// shape: what `oomlens explain` and the corpus see); the corpus counts a record fresh against
 /// it. Version 20 changed only how samples are read (`single_huge_request` asks
 /// [`OomFeatures::took_before`]); version 21 asks a refusal "while free" to leave
 /// [`FREE_SLACK_BYTES`] to spare, version 22 reads early llama.cpp's full context pool as its
-/// batch's (`batch_pool`): message-only verdicts.
-pub const MESSAGE_RULES_VERSION: u32 = 22;
+/// batch's (`batch_pool`), version 23 a bare runtime error raised while pinning host memory as
+/// the host's (`pinned_host_memory`): message-only verdicts.
+pub const MESSAGE_RULES_VERSION: u32 = 23;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -128,6 +129,9 @@ pub enum Rule {
     BatchBudget,
     /// A batch-size search failed down to one sample: a single sample does not fit.
     BatchSearchExhausted,
+    /// A bare runtime error raised while pinning host memory: the host's RAM (or its limit on
+    /// page-locked memory), in the device's words.
+    PinnedHostMemory,
     /// The job's allocator summary at the OOM: its free cached blocks would have covered the
     /// request, but none of them was large enough.
     SnapshotFragmented,
@@ -188,7 +192,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in evaluation order.
-    pub const ALL: [Rule; 32] = [
+    pub const ALL: [Rule; 33] = [
         Rule::HostOomKill,
         Rule::XidError,
         Rule::StaticEstimate,
@@ -197,6 +201,7 @@ impl Rule {
         Rule::NoCacheBlocks,
         Rule::BatchBudget,
         Rule::BatchSearchExhausted,
+        Rule::PinnedHostMemory,
         Rule::SnapshotFragmented,
         Rule::NeighboursTookIt,
         Rule::StaticAtLoad,
@@ -234,6 +239,7 @@ impl Rule {
             Rule::NoCacheBlocks => "no_cache_blocks",
             Rule::BatchBudget => "batch_budget",
             Rule::BatchSearchExhausted => "batch_search_exhausted",
+            Rule::PinnedHostMemory => "pinned_host_memory",
             Rule::SnapshotFragmented => "snapshot_fragmented",
             Rule::SnapshotWeights => "snapshot_weights",
             Rule::SnapshotActivations => "snapshot_activations",
@@ -333,6 +339,10 @@ fn odds(rule: Rule, f: &OomFeatures) -> Odds {
         Rule::NoCacheBlocks => &[(Contention, 70), (Batch, 20), (Static, 10)],
         Rule::BatchBudget => &[(Batch, 60), (Static, 25), (Sequence, 15)],
         Rule::BatchSearchExhausted => &[(Sequence, 55), (Static, 35), (Batch, 10)],
+        // Pinning allocates no device memory; a GPU too full for the thread's first call is the
+        // rest. No labelled thread yet: set from a real GPU's run (a pinned buffer larger than
+        // the machine's RAM) and the call's nature, not measured.
+        Rule::PinnedHostMemory => &[(HostOom, 60), (Contention, 25), (Batch, 15)],
         // Other processes holding memory and the job's own too-large step are often both true:
         // the threads fixed it either way.
         // With the agent's samples the neighbours' memory is measured (the cases it was built for).
@@ -565,6 +575,7 @@ pub fn first_rule(f: &OomFeatures) -> Rule {
             return Rule::BatchBudget;
         }
         "batch_search_exhausted" => return Rule::BatchSearchExhausted,
+        oomlens_parse::PINNED_HOST_HINT if !x.numbers => return Rule::PinnedHostMemory,
         _ => {}
     }
     // Free blocks too small for the request are fragmentation when the cache is worth having
@@ -724,6 +735,13 @@ fn decide(open: &[Scenario], f: &OomFeatures) -> Vec<String> {
             "the host memory the job used before it died against its limit (the pod's or cgroup's `memory.max`, the node's RAM)".to_owned(),
         ];
     }
+    // Pinned host memory refused: the host's readings decide, and a run without pinning.
+    if f.message_hint == oomlens_parse::PINNED_HOST_HINT && open.contains(&HostOom) {
+        return vec![
+            "the host's memory at the failure against its limits (free RAM, the pod's or cgroup's `memory.max`, the locked-memory limit `ulimit -l`; under WSL 2 the VM's share of RAM)".to_owned(),
+            "the same job with pinning off (the DataLoader's `pin_memory=False`, a smaller pinned or offloaded cache): a host failure goes away, a full GPU does not".to_owned(),
+        ];
+    }
     let has = |s: Scenario| open.contains(&s);
     let mut d = Vec::new();
     if f.phase_source == "unknown" && (has(Static) || has(Batch) || has(Sequence)) {
@@ -872,6 +890,9 @@ fn conclusion(rule: Rule, f: &OomFeatures) -> String {
         Rule::BatchBudget => "the engine's batch budget (concurrent sequences, prefill tokens) does not fit".to_owned(),
         Rule::BatchSearchExhausted => {
             "the batch-size search failed down to one sample: a single sample does not fit (its length, or the model)".to_owned()
+        }
+        Rule::PinnedHostMemory => {
+            "the failing call pinned host memory (page-locked RAM the GPU can reach, none of its own memory): the host's RAM, or its limit on pinned memory, ran out".to_owned()
         }
         Rule::NeighboursTookIt => format!(
             "the process alone would have fitted ({} with its cache, of {cap}); other processes held {} ({})",
@@ -1178,7 +1199,12 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
             ob(f.free_bytes)
         ));
     }
-    if f.message_hint == oomlens_parse::ATTENTION_HINT {
+    if f.message_hint == oomlens_parse::PINNED_HOST_HINT {
+        ev.push(format!(
+            "message: the failing call pinned host memory (the frame is the event's label {})",
+            oomlens_parse::MESSAGE_OP_LABEL
+        ));
+    } else if f.message_hint == oomlens_parse::ATTENTION_HINT {
         ev.push(format!(
             "message: the failing allocation was made in attention code (the frame or graph node is the event's label {})",
             oomlens_parse::MESSAGE_OP_LABEL
@@ -1463,6 +1489,28 @@ mod tests {
         assert_eq!(rule(free_attn), Rule::FreeButRefused);
         let frag_attn = EventEvidence { message_hint: oomlens_parse::ATTENTION_HINT.into(), ..frag.clone() };
         assert_eq!(rule(frag_attn), Rule::FragmentedCache);
+        // A bare runtime error raised while pinning host memory is the host's, and the host's
+        // readings decide; the allocator's numbers would be the device's own message.
+        let pinned = EventEvidence {
+            kind: "cuda_oom".into(),
+            framework: "cuda".into(),
+            message_hint: oomlens_parse::PINNED_HOST_HINT.into(),
+            ..EventEvidence::default()
+        };
+        let a = attribute(&feat(pinned.clone()));
+        assert_eq!((a.rule, a.scenario, a.confidence_pct), (Rule::PinnedHostMemory, HostOom, 60));
+        assert!(a.evidence.iter().any(|e| e.contains("pinned host memory")), "{:?}", a.evidence);
+        assert!(a.decide.iter().any(|d| d.contains("pin_memory=False")), "{:?}", a.decide);
+        assert_eq!(
+            rule(EventEvidence {
+                framework: "cuda".into(),
+                kind: "cuda_oom".into(),
+                ..EventEvidence::default()
+            }),
+            Rule::OutsideAllocator
+        );
+        let numbered = EventEvidence { message_hint: oomlens_parse::PINNED_HOST_HINT.into(), ..msg() };
+        assert_ne!(rule(numbered), Rule::PinnedHostMemory);
         // The phase decides: loading → static; generation → the input's length.
         let load = EventEvidence { phase: "load".into(), phase_label: "traceback".into(), ..msg() };
         assert_eq!(rule(load), Rule::StaticAtLoad);
