@@ -40,6 +40,8 @@ async fn explain_and_the_pipeline_agree_on_every_labelled_message() {
     cfg.logs.poll_interval_ms = 50;
     cfg.logs.rescan_interval_ms = 100;
     cfg.logs.from_start = true;
+    // One job log per record: more than the agent follows by default (`logs.max_files`, 1024).
+    cfg.logs.max_files = records.len();
     cfg.kmsg.enabled = true;
     cfg.kmsg.path = kmsg.clone();
     cfg.kmsg.poll_interval_ms = 50;
