@@ -787,12 +787,13 @@ pub fn tpu_usage_summary(c: &str) -> bool {
 /// A wrapper's re-raise of a failure in another worker, whose own traceback and message follow:
 /// DataParallel's `torch.OutOfMemoryError: Caught OutOfMemoryError in replica 0 on device 0.`;
 /// Ray's `ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=…)`
-/// when the remote call's name says it was on the GPU — Ray wraps a task's own exception this
-/// way, PyTorch's as well as a nested task's host kill (`ray.exceptions.OutOfMemoryError`), so
-/// without a device word the wrapper alone cannot tell which memory ran out.
+/// — Ray wraps an actor's or task's own exception this way: PyTorch's `OutOfMemoryError` of a GPU
+/// worker (`MegatronTrainRayActor.train()`, `DTensorPolicyWorkerV2.get_logprobs()` in real
+/// pastes cut right after it). Ray's own host kill (`ray.exceptions.OutOfMemoryError: Task was
+/// killed due to the node running low on memory`) reaches the driver unwrapped; wrapped only when
+/// an actor waited on the killed task, and then its words follow and are read as the host's.
 pub fn replica_wrapper(c: &str) -> bool {
-    has(c, "caughtoutofmemoryerrorinreplica")
-        || (has(c, "raytaskerror(outofmemoryerror)") && (has(c, "gpu") || has(c, "cuda")))
+    has(c, "caughtoutofmemoryerrorinreplica") || has(c, "raytaskerror(outofmemoryerror)")
 }
 
 /// True when a new start of family `new` is part of a pending event of family `pending` (the same

@@ -1374,6 +1374,24 @@ fn unknown_programs_by_their_common_words() {
         ]),
         [("cuda_oom", "pytorch", 1)]
     );
+    // Whatever the call's name: an actor's own exception, PyTorch's on a GPU worker.
+    assert_eq!(
+        found(&[
+            "    raise value.as_instanceof_cause()",
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=2025282, ip=10.252.197.29)",
+        ]),
+        [("cuda_oom", "pytorch", 2)]
+    );
+    // An actor that waited on a task Ray's memory monitor killed: the host's memory, once.
+    assert_eq!(
+        found(&[
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::Learner.step() (pid=4331, ip=192.168.0.107)",
+            "  File \"/app/learner.py\", line 40, in step",
+            "    ray.get(refs)",
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        ]),
+        [("host_oom_kill", "ray", 1)]
+    );
 }
 
 /// A CI log names tests for what they test; the names are not failures. A failing test's own
