@@ -106,24 +106,33 @@ mod tests {
 
     #[test]
     fn pinning_host_memory_in_the_innermost_frame() {
-        let pinned = |text: &str| pinned_clue(&text.lines().collect::<Vec<_>>());
-        // An offloading cache pinning its buffers (a real thread's paste).
-        let storage = "  File \"/x/src/expert_cache.py\", line 68, in <listcomp>\n    torch.UntypedStorage(self.module_size).pin_memory(self.device) for _ in range(offload_size)]\n  File \"/x/site-packages/torch/storage.py\", line 226, in pin_memory\n    cast(Storage, self)).pin_memory(device)\nRuntimeError: CUDA error: out of memory";
-        assert_eq!(pinned(storage).as_deref(), Some("traceback: pin_memory (storage.py)"));
-        // A DataLoader's pin-memory thread.
-        let loader = "  File \"/usr/lib/python3.10/site-packages/torch/utils/data/_utils/pin_memory.py\", line 55, in pin_memory\n    return data.pin_memory(device)\nRuntimeError: CUDA error: out of memory";
-        assert_eq!(pinned(loader).as_deref(), Some("traceback: pin_memory (pin_memory.py)"));
-        // The script's own line, as a real GPU printed it (Python 3.12's carets below).
-        let script = "  File \"/work/variant_pinned.py\", line 16, in <module>\n    x = torch.empty(ram + 16 * GIB, dtype=torch.uint8, pin_memory=True)\n        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\ntorch.AcceleratorError: CUDA error: out of memory";
-        assert_eq!(pinned(script).as_deref(), Some("traceback: <module> (variant_pinned.py)"));
-        // Pinning in an outer frame does not make the innermost call a pinned one.
-        let outer = "  File \"/x/train.py\", line 9, in <module>\n    batch = batch.pin_memory()\n  File \"/x/train.py\", line 12, in step\n    out = model(batch.cuda())\nRuntimeError: CUDA error: out of memory";
-        assert_eq!(pinned(outer), None);
-        assert_eq!(pinned("RuntimeError: CUDA error: out of memory"), None);
-        assert_eq!(
-            pinned("  File \"/x/loader.py\", line 3, in load\n    pin_memory=False)\nRuntimeError: x"),
-            None
-        );
+        let cases: [(&str, Option<&str>); 6] = [
+            // An offloading cache pinning its buffers (a real thread's paste).
+            (
+                "  File \"/x/src/expert_cache.py\", line 68, in <listcomp>\n    torch.UntypedStorage(self.module_size).pin_memory(self.device) for _ in range(offload_size)]\n  File \"/x/site-packages/torch/storage.py\", line 226, in pin_memory\n    cast(Storage, self)).pin_memory(device)\nRuntimeError: CUDA error: out of memory",
+                Some("traceback: pin_memory (storage.py)"),
+            ),
+            // A DataLoader's pin-memory thread.
+            (
+                "  File \"/usr/lib/python3.10/site-packages/torch/utils/data/_utils/pin_memory.py\", line 55, in pin_memory\n    return data.pin_memory(device)\nRuntimeError: CUDA error: out of memory",
+                Some("traceback: pin_memory (pin_memory.py)"),
+            ),
+            // The script's own line, as a real GPU printed it (Python 3.12's carets below).
+            (
+                "  File \"/work/variant_pinned.py\", line 16, in <module>\n    x = torch.empty(ram + 16 * GIB, dtype=torch.uint8, pin_memory=True)\n        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\ntorch.AcceleratorError: CUDA error: out of memory",
+                Some("traceback: <module> (variant_pinned.py)"),
+            ),
+            // Pinning in an outer frame does not make the innermost call a pinned one.
+            (
+                "  File \"/x/train.py\", line 9, in <module>\n    batch = batch.pin_memory()\n  File \"/x/train.py\", line 12, in step\n    out = model(batch.cuda())\nRuntimeError: CUDA error: out of memory",
+                None,
+            ),
+            ("RuntimeError: CUDA error: out of memory", None),
+            ("  File \"/x/loader.py\", line 3, in load\n    pin_memory=False)\nRuntimeError: x", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(pinned_clue(&text.lines().collect::<Vec<_>>()).as_deref(), want, "{text}");
+        }
     }
 
     #[test]
