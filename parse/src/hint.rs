@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `kv_cache` | vLLM: `The model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)`, `To serve at least one request with the model's max seq len (N), X GiB KV cache is needed …`; TensorRT-LLM's executor / Rust engines: `insufficient GPU memory` creating the KV cache; TensorRT-LLM's `maxTokensInPagedKvCache must be large enough to process at least 1 sequence to completion` |
 //! | `attention` | AUTOMATIC1111's split attention: `Not enough memory, use lower resolution` (also set from the failing code, `op.rs`) |
-//! | `pinned_host` | set from the failing code, not the words (`op.rs`): a bare runtime error raised while pinning host memory — the host's memory in the device's words |
+//! | `pinned_host` | TensorFlow / XLA pinning host memory: `failed to alloc N bytes on host: CUDA_ERROR_OUT_OF_MEMORY`, `could not allocate pinned host memory of size: N`, its host-side pool `Allocator (gpu_host_bfc)` / `(xla_gpu_host_bfc) ran out of memory`; also set from the failing code (`op.rs`): a bare runtime error raised while pinning host memory — the host's memory in the device's words |
 //! | `startup_free_memory` | vLLM: `Free memory on device … on startup is less than desired GPU memory utilization` |
 //! | `cache_blocks` | vLLM: `No available memory for the cache blocks` |
 //! | `sampler_warmup` | vLLM: `CUDA out of memory occurred when warming up sampler with N dummy requests` |
@@ -72,6 +72,14 @@ pub fn message_hint(c: &str) -> Option<&'static str> {
         (&["cudasuccess.2vs0"], "tensor_storage"),
         (&["outofmemory", "thcstorage"], "tensor_storage"),
         (&["outofmemory", "thccachingallocator"], "tensor_storage"),
+        // TensorFlow / XLA pinning host memory through the driver and its host-side BFC pool:
+        // `failed to alloc N bytes on host: CUDA_ERROR_OUT_OF_MEMORY`, `could not allocate pinned
+        // host memory of size: N`, `Allocator (xla_gpu_host_bfc) ran out of memory …` (before
+        // the device pool's `graph_tensor`).
+        (&["bytesonhost:cuda_error_out_of_memory"], "pinned_host"),
+        (&["couldnotallocatepinnedhostmemory"], "pinned_host"),
+        (&["(gpu_host_bfc)ranoutofmemory"], "pinned_host"),
+        (&["(xla_gpu_host_bfc)ranoutofmemory"], "pinned_host"),
         (&["oomwhenallocatingtensor"], "graph_tensor"),
         (&["ranoutofmemorytryingtoallocate"], "graph_tensor"),
         (&["fromdevice:cuda_error_out_of_memory"], "device_preallocation"),

@@ -759,6 +759,25 @@ fn tf_driver_allocation_cut() {
     );
 }
 
+/// TensorFlow / XLA pinning host memory through the driver: the host's memory in the device's
+/// words (hint `pinned_host`), before the host pool's allocator line reads as a graph tensor.
+#[test]
+fn tf_pinned_host_memory() {
+    for line in [
+        "2020-04-06 17:18:26.235701: E tensorflow/stream_executor/cuda/cuda_driver.cc:890] failed to alloc 249751808 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        "2021-10-15 15:02:17.299178: W external/org_tensorflow/tensorflow/core/common_runtime/bfc_allocator.cc:457] Allocator (xla_gpu_host_bfc) ran out of memory trying to allocate 48.00MiB (rounded to 50331648)requested by op",
+    ] {
+        let events = parse_all([line]);
+        assert_eq!(events.len(), 1, "{line}");
+        assert_eq!((events[0].framework, events[0].hint), ("tensorflow", Some("pinned_host")), "{line}");
+    }
+    // The device's own pool is a graph tensor still.
+    let device = parse_all([
+        "2021-10-15 15:02:17.299178: W tensorflow/core/common_runtime/bfc_allocator.cc:457] Allocator (GPU_0_bfc) ran out of memory trying to allocate 48.00MiB (rounded to 50331648)requested by op",
+    ]);
+    assert_eq!(device[0].hint, Some("graph_tensor"));
+}
+
 /// The refused tensor's shape refines TensorFlow's graph-tensor hint; attention code named by
 /// the graph node still says more (Spleeter's and tensor2tensor's messages, shortened).
 #[test]

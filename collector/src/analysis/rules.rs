@@ -63,7 +63,7 @@ const TORCH_ALLOCATOR: &[&str] = &["pytorch", "deepspeed", "accelerate", "vllm",
 /// Version of the rule set, stored with every attribution (`oom_attributions.rules_version`).
 /// Bump it when a rule, its order or its confidence changes: readers always re-run the current
 /// rules on the stored evidence; the version tells which rules the stored `scenario` came from.
-pub const RULES_VERSION: u32 = 23;
+pub const RULES_VERSION: u32 = 24;
 
 /// The last [`RULES_VERSION`] that changed a verdict on the message alone (no samples, no job
 /// shape: what `oomlens explain` and the corpus see); the corpus counts a record fresh against
@@ -71,8 +71,10 @@ pub const RULES_VERSION: u32 = 23;
 /// [`OomFeatures::took_before`]); version 21 asks a refusal "while free" to leave
 /// [`FREE_SLACK_BYTES`] to spare, version 22 reads early llama.cpp's full context pool as its
 /// batch's (`batch_pool`), version 23 a bare runtime error raised while pinning host memory as
-/// the host's (`pinned_host_memory`): message-only verdicts.
-pub const MESSAGE_RULES_VERSION: u32 = 23;
+/// the host's (`pinned_host_memory`), version 24 TensorFlow's and XLA's own words for pinning
+/// host memory (`failed to alloc N bytes on host`, `(xla_gpu_host_bfc)`) the same way:
+/// message-only verdicts.
+pub const MESSAGE_RULES_VERSION: u32 = 24;
 
 /// Memory held by other processes counts as a cause when it is at least this share (percent) of
 /// the GPU (a display server's few hundred MiB on a small card does not make a noisy neighbour).
@@ -1201,7 +1203,7 @@ fn gpu_evidence(f: &OomFeatures, ev: &mut Vec<String>) {
     }
     if f.message_hint == oomlens_parse::PINNED_HOST_HINT {
         ev.push(format!(
-            "message: the failing call pinned host memory (the frame is the event's label {})",
+            "message: the failing call pinned host memory (its own words, or the traceback's innermost frame: then the event's label {})",
             oomlens_parse::MESSAGE_OP_LABEL
         ));
     } else if f.message_hint == oomlens_parse::ATTENTION_HINT {
