@@ -19,8 +19,8 @@
 //! * `phase.rs` — the phase read from the traceback frames around a message; `host.rs` — host-memory
 //!   symptoms in job logs (killed workers, `Killed`, exit 137); `hint.rs` — what a message's own
 //!   words say about the cause (`message.hint`; for TensorFlow also the refused tensor's shape);
-//!   `op.rs` — the code the failing allocation was made in (attention: hint `attention`, its
-//!   clue `message.op`).
+//!   `op.rs` — the code the failing allocation was made in (attention: hint `attention`;
+//!   pinning host memory: hint `pinned_host`; the clue in `message.op`).
 //! * `generic.rs` — the last-resort readings of programs no rule names (SIGKILL or status 137 in
 //!   any words, a memory limit exceeded, a device allocation refused): framework `other`, never on
 //!   a logger's debug, info or warning line, and not a second event when it only explains a
