@@ -1220,28 +1220,40 @@ fn terminal_wrapped_lines() {
     // the two read apart as they read together (the failure's words all in the second: a long
     // line before it lends it nothing), nor for a last-resort reading (a memory word and a
     // device's in any program's words).
-    const MXNET: &[&str] = &[
-        "[12:44:34] /mxnet/dmlc-core/include/dmlc/./logging.h:304: [12:44:34] src/storage/./pooled_storage_ma",
-        "nager.h:84: cudaMalloc failed: out of mem",
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str, u64)]);
+    let cases: [Case; 4] = [
+        (
+            &[
+                "[12:44:34] /mxnet/dmlc-core/include/dmlc/./logging.h:304: [12:44:34] src/storage/./pooled_storage_ma",
+                "nager.h:84: cudaMalloc failed: out of mem",
+            ],
+            &[("cuda_oom", "mxnet", 1)],
+        ),
+        (
+            &[
+                "kubeflow                    training-operator-8569f97489-zkxbt                            0/1     OO",
+                "MKilled",
+            ],
+            &[("host_oom_kill", "kubernetes", 1)],
+        ),
+        // Apart as together: nothing.
+        (
+            &[
+                "loaded partially; 0.00 MB usable, 0.00 MB loaded, 1344.02 MB offloaded, 162.01 MB buffer reserved, lowvram patches: 0",
+                "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+            ],
+            &[],
+        ),
+        // Only a last-resort reading joined: nothing.
+        (
+            &[
+                "1050981.0   dbrown         11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to me",
+                "mory usage 3000000.",
+            ],
+            &[],
+        ),
     ];
-    const KUBECTL: &[&str] = &[
-        "kubeflow                    training-operator-8569f97489-zkxbt                            0/1     OO",
-        "MKilled",
-    ];
-    const APART: &[&str] = &[
-        "loaded partially; 0.00 MB usable, 0.00 MB loaded, 1344.02 MB offloaded, 162.01 MB buffer reserved, lowvram patches: 0",
-        "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
-    ];
-    const GENERIC: &[&str] = &[
-        "1050981.0   dbrown         11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to me",
-        "mory usage 3000000.",
-    ];
-    for (lines, want) in [
-        (MXNET, &[("cuda_oom", "mxnet", 1)][..]),
-        (KUBECTL, &[("host_oom_kill", "kubernetes", 1)][..]),
-        (APART, &[][..]),
-        (GENERIC, &[][..]),
-    ] {
+    for (lines, want) in cases {
         assert_eq!(kinds(&parse_all(lines.iter().copied())), want, "{lines:?}");
     }
     // A host symptom whose words the wrap cut: matched on the line as it was.
